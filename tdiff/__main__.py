@@ -1,0 +1,3 @@
+from tdiff.cli import main
+
+main()

@@ -1,0 +1,83 @@
+"""The `tdiff` command: a thin Typer layer over the library (SPEC §1).
+
+Each subcommand lives in tdiff/commands/<name>.py and is registered here.
+`main()` turns user errors into one line on stderr and a documented exit code,
+and exits quietly when the reader of stdout goes away (`tdiff ... | head`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from tdiff import __version__
+from tdiff.errors import EXIT_FAILURE, TdiffError
+
+app = typer.Typer(
+    name="tdiff",
+    help="Text diffusion language models from the command line: "
+    "clean, tokenize, train, sample, evaluate. Data on stdin/stdout, logs on stderr.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool):
+    if value:
+        sys.stdout.write(f"tdiff {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+):
+    """Text diffusion language models from the command line."""
+
+
+def _register() -> None:
+    from tdiff.commands import registry
+
+    for name, func in registry.COMMANDS:
+        app.command(name)(func)
+
+
+_register()
+
+
+def _quiet_broken_pipe() -> None:
+    """Python's 'Note on SIGPIPE': point stdout at devnull so the exit flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(encoding="utf-8")
+        except (AttributeError, ValueError):
+            pass
+    try:
+        try:
+            app(args=argv, prog_name="tdiff")
+        finally:
+            sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+    except TdiffError as e:
+        sys.stderr.write(f"tdiff: error: {e}\n")
+        sys.exit(e.exit_code)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+        sys.exit(0)
+    except KeyboardInterrupt:
+        sys.stderr.write("tdiff: interrupted\n")
+        sys.exit(130)
+    except MemoryError:
+        sys.stderr.write("tdiff: error: out of memory (try a smaller --batch-size)\n")
+        sys.exit(EXIT_FAILURE)

@@ -1,0 +1,1 @@
+"""The Typer layer: one module per subcommand, each parsing options and calling the library."""

@@ -1,0 +1,98 @@
+"""Options and behaviour shared by every subcommand (SPEC §1).
+
+--config FILE (YAML; flags given on the command line win), --dump-config,
+--quiet, and the device/dtype/seed trio for commands that run models.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+import typer
+
+from tdiff import log
+from tdiff.errors import EXIT_NOINPUT
+
+_SKIP = {"config", "dump_config"}
+
+
+def _load_config(ctx: click.Context, param: click.Parameter, value: Optional[Path]):
+    """Eager callback: read a YAML mapping of option values into ctx.default_map.
+
+    Keys may use dashes or underscores. Values become defaults, so options given
+    on the command line still win. Unknown keys are a usage error (exit 2).
+    """
+    if value is None or ctx.resilient_parsing:
+        return value
+    import yaml
+
+    p = Path(value)
+    if not p.exists():
+        typer.echo(f"tdiff: error: config file '{p}' does not exist (--config)", err=True)
+        raise typer.Exit(EXIT_NOINPUT)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except Exception as e:  # yaml.YAMLError, UnicodeDecodeError
+        raise click.BadParameter(f"'{p}' is not valid YAML: {str(e).splitlines()[0]}", ctx, param)
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"'{p}' must hold a mapping of option names to values", ctx, param)
+    known = {q.name for q in ctx.command.params if q.name not in _SKIP}
+    defaults = {}
+    for key, v in data.items():
+        name = str(key).replace("-", "_")
+        if name not in known:
+            raise click.BadParameter(
+                f"'{p}': unknown key '{key}' (known: {', '.join(sorted(known))})", ctx, param
+            )
+        defaults[name] = v
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return value
+
+
+def config_option():
+    return typer.Option(
+        None,
+        "--config",
+        help="YAML file of option values (keys as option names); options on the command line win.",
+        is_eager=True,
+        callback=_load_config,
+        dir_okay=False,
+    )
+
+
+def dump_config_option():
+    return typer.Option(False, "--dump-config", help="Print the effective configuration as YAML and exit.")
+
+
+def quiet_option():
+    return typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr (errors still show).")
+
+
+def effective_config(ctx: click.Context) -> dict:
+    """The command's parameters as plain YAML-able values (Paths as strings)."""
+    out = {}
+    for k, v in ctx.params.items():
+        if k in _SKIP:
+            continue
+        if isinstance(v, Path):
+            v = str(v)
+        elif isinstance(v, tuple):
+            v = list(v)
+        elif hasattr(v, "value") and not isinstance(v, (int, float, str, bool)):
+            v = v.value  # Enum
+        out[k] = v
+    return out
+
+
+def start(ctx: click.Context) -> None:
+    """Handle --dump-config and --quiet; call first in every command."""
+    params = ctx.params
+    log.set_quiet(bool(params.get("quiet", False)))
+    if params.get("dump_config"):
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(effective_config(ctx), allow_unicode=True, sort_keys=False))
+        raise typer.Exit(0)
