@@ -1,9 +1,15 @@
 """Which subcommands `tdiff` offers. A command is listed here only once it really works."""
 
 from tdiff.commands.clean import clean
+from tdiff.commands.sample import sample
 from tdiff.commands.tokenize import tokenize
+from tdiff.commands.train import train
+from tdiff.commands.train_vae import train_vae
 
 COMMANDS = [
     ("clean", clean),
     ("tokenize", tokenize),
+    ("train-vae", train_vae),
+    ("train", train),
+    ("sample", sample),
 ]

@@ -1,0 +1,97 @@
+"""A trained text diffusion model as one object: tokenizer + VAE + DiT + schedule.
+
+Built from the self-contained `model.safetensors` (kind `model` or `student`)
+or from a `vae.safetensors` while training the denoiser. `x0_estimate` is the
+function every solver calls: it runs the network (with self-conditioning and
+optional span conditioning) and turns its x0/eps/v output into an x0 estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tdiff.errors import DataError
+from tdiff.training import checkpoints as ck
+
+MODEL_KINDS = ("model", "student")
+
+
+def load_vae(path, device="cpu"):
+    """(TextVAE in eval mode, Tokenizer, Artifact) from a `vae` or `model` artifact."""
+    from tdiff.models.vae import TextVAE, VAEConfig
+
+    art = ck.load_artifact(path, expect=("vae",) + MODEL_KINDS, device="cpu")
+    if "vae" not in art.config:
+        raise DataError(f"{path}: holds no VAE configuration")
+    vae = TextVAE(VAEConfig.from_dict(art.config["vae"]))
+    _load_state(vae, art.sub("vae"), path, "VAE")
+    return vae.to(device).eval(), art.load_tokenizer(), art
+
+
+def _load_state(module, state, path, what):
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as e:
+        raise DataError(f"{path}: {what} weights do not match its configuration ({str(e).splitlines()[0]})") from None
+
+
+@dataclass
+class Bundle:
+    vae: object
+    dit: object
+    schedule: object
+    tokenizer: object
+    diffusion: dict                      # {"target": "v"|"x0"|"eps", "self_condition": bool}
+    config: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+    kind: str = "model"
+
+    @property
+    def latent_shape(self):
+        c = self.dit.cfg
+        return (c.max_len, c.latent_dim)
+
+    def x0_estimate(self, x_t, t, self_cond=None, label=None, cond_x=None, cond_mask=None):
+        """Network output → x0 estimate. x_t (B, N, D); t float (B,) in [0, 1]."""
+        from tdiff.diffusion.process import pred_to_x0
+
+        alpha, sigma = self.schedule.alpha_sigma(t.double())           # (B,), float64
+        tt = t.to(x_t.dtype)
+        pred = self.dit(x_t, tt, self_cond=self_cond, label=label, cond_x=cond_x, cond_mask=cond_mask)
+        x0 = pred_to_x0(self.diffusion["target"], pred.to(x_t.dtype), x_t,
+                        alpha.to(x_t.dtype), sigma.to(x_t.dtype))
+        if cond_mask is not None and cond_x is not None:
+            x0 = cond_mask * cond_x + (1 - cond_mask) * x0              # known positions stay known
+        return x0
+
+    def denoiser(self, label=None, cond_x=None, cond_mask=None):
+        """A solver's `denoise(x_t, t)` closure; carries the self-conditioning state between steps."""
+        state = {"prev": None}
+        use_sc = self.diffusion.get("self_condition", True)
+
+        def denoise(x_t, t):
+            x0 = self.x0_estimate(x_t, t, self_cond=state["prev"] if use_sc else None,
+                                  label=label, cond_x=cond_x, cond_mask=cond_mask)
+            state["prev"] = x0
+            return x0
+
+        return denoise
+
+
+def load_bundle(path, device="cpu", use_ema: bool = True) -> Bundle:
+    """The whole model from one `model`/`student` artifact; nothing else is read."""
+    from tdiff.diffusion.schedules import make_schedule
+    from tdiff.models.dit import DiT, DiTConfig
+
+    vae, tok, art = load_vae(path, device)
+    if "dit" not in art.config:
+        raise DataError(f"{path}: a VAE file, not a diffusion model (train one with `tdiff train`)")
+    dit = DiT(DiTConfig.from_dict(art.config["dit"]))
+    prefix = "dit_ema" if use_ema and any(k.startswith("dit_ema.") for k in art.tensors) else "dit"
+    _load_state(dit, art.sub(prefix), path, "denoiser")
+    schedule = make_schedule(**art.config["schedule"])
+    sched_state = art.sub("schedule")
+    if sched_state:
+        _load_state(schedule, sched_state, path, "schedule")
+    return Bundle(vae=vae, dit=dit.to(device).eval(), schedule=schedule.to(device).eval(), tokenizer=tok,
+                  diffusion=art.config["diffusion"], config=art.config, train=art.train, kind=art.kind)

@@ -1,0 +1,67 @@
+"""Device and precision handling shared by every command that runs a model.
+
+`--device auto|cpu|cuda|cuda:N` (auto = CUDA when available) and
+`--dtype fp32|bf16|fp16`. Mixed precision is autocast: weights stay fp32 for
+training; inference may cast weights (see export).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from tdiff.errors import UsageError
+
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+def resolve_device(name: str):
+    """torch.device for NAME; a clear UsageError when CUDA is asked for but absent."""
+    import torch
+
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {name}: CUDA is not available on this machine (use --device cpu)")
+        dev = torch.device(name)
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise UsageError(
+                f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) present"
+            )
+        return dev
+    raise UsageError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N")
+
+
+def torch_dtype(name: str):
+    import torch
+
+    try:
+        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+    except KeyError:
+        raise UsageError(f"--dtype {name!r}: expected one of {', '.join(DTYPES)}") from None
+
+
+def autocast(device, dtype_name: str):
+    """An autocast context for bf16/fp16 on DEVICE, a no-op for fp32."""
+    import torch
+
+    if dtype_name == "fp32":
+        return contextlib.nullcontext()
+    if dtype_name == "fp16" and device.type == "cpu":
+        # fp16 matmuls on CPU are slow and poorly supported; bf16 is the CPU's half type.
+        raise UsageError("--dtype fp16 is for CUDA; use --dtype bf16 on CPU")
+    return torch.autocast(device_type=device.type, dtype=torch_dtype(dtype_name))
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)

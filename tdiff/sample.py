@@ -1,0 +1,129 @@
+"""Generate text from a trained model (SPEC §2 sample).
+
+noise (B, N, D) ─solver(steps)→ latents ─denormalize→ VAE decoder ─logits→
+tokens (greedy, or temperature/top-k/top-p) ─cut at the first pad→ text.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from tdiff.errors import UsageError
+
+
+@dataclass
+class SampleOptions:
+    num: int = 1
+    batch_size: int = 16
+    steps: int = 12
+    solver: str = "dpm"
+    eta: float = 0.0               # ddim only
+    temperature: float = 0.0       # 0: greedy decoding of the VAE logits
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    dtype: str = "fp32"
+
+
+def filter_logits(logits, temperature: float, top_k: int, top_p: float, generator):
+    """Pick one token per position from LOGITS (..., V): argmax at temperature 0, else sampled
+    from the temperature-scaled distribution restricted to the top-k and the top-p nucleus
+    (Holtzman et al. 2020)."""
+    import torch
+
+    if temperature <= 0:
+        return logits.argmax(-1)
+    logits = logits.float() / temperature
+    if top_k > 0:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_l, order = logits.sort(-1, descending=True)
+        probs = sorted_l.softmax(-1)
+        drop = probs.cumsum(-1) - probs > top_p                      # keep the smallest set reaching top_p
+        sorted_l = sorted_l.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_l)
+    probs = logits.softmax(-1)
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def trim_ids(row, tok) -> list[int]:
+    """Token ids up to the first pad (the predicted end of text), without special ids."""
+    out = []
+    for i in row:
+        if i == tok.pad_id:
+            break
+        if i in (tok.bos_id, tok.eos_id):
+            continue
+        out.append(int(i))
+    return out
+
+
+def check_options(opts: SampleOptions) -> None:
+    from tdiff.diffusion.solvers import SOLVERS
+
+    if opts.solver not in SOLVERS:
+        raise UsageError(f"--solver {opts.solver!r}: choose one of {', '.join(SOLVERS)}")
+    if opts.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    if opts.num < 0 or opts.batch_size < 1:
+        raise UsageError("--num must be ≥ 0 and --batch-size ≥ 1")
+    if not 0 < opts.top_p <= 1:
+        raise UsageError("--top-p must be in (0, 1]")
+
+
+def sample_latents(bundle, b: int, opts: SampleOptions, generator, device, callback=None,
+                   label=None, cond_x=None, cond_mask=None):
+    """Run the solver from N(0, I) noise; returns normalized latents (B, N, D)."""
+    import torch
+
+    from tdiff.device import autocast
+    from tdiff.diffusion.solvers import get_solver, time_grid
+
+    n, d = bundle.latent_shape
+    x = torch.randn((b, n, d), generator=generator, device=device)          # (B, N, D) at t = 1
+    ts = time_grid(opts.steps).to(device)
+    kw = {"eta": opts.eta} if opts.solver == "ddim" else {}
+    with torch.inference_mode(), autocast(device, opts.dtype):
+        return get_solver(opts.solver)(bundle.denoiser(label=label, cond_x=cond_x, cond_mask=cond_mask),
+                                       x, ts, bundle.schedule, generator=generator, callback=callback, **kw)
+
+
+def latents_to_ids(bundle, z, opts: SampleOptions, generator):
+    """Normalized latents (B, N, D) → token ids (B, L) through the VAE decoder."""
+    import torch
+
+    from tdiff.device import autocast
+
+    with torch.inference_mode(), autocast(z.device, opts.dtype):
+        logits = bundle.vae.decode(bundle.vae.denormalize(z.float()))       # (B, L, V)
+    return filter_logits(logits.float(), opts.temperature, opts.top_k, opts.top_p, generator)
+
+
+def generate(bundle, opts: SampleOptions, device):
+    """Yield OPTS.num records {"text", "ids", "index", "seed", "steps", "solver", "time_s"}.
+
+    Batch k draws its noise from a generator seeded with (seed, k): the same seed,
+    batch size, device and dtype give the same output.
+    """
+    import torch
+
+    check_options(opts)
+    tok = bundle.tokenizer
+    done = 0
+    k = 0
+    while done < opts.num:
+        b = min(opts.batch_size, opts.num - done)
+        g = torch.Generator(device=device).manual_seed(opts.seed * 1_000_003 + k)
+        t0 = time.perf_counter()
+        z = sample_latents(bundle, b, opts, g, device)
+        ids = latents_to_ids(bundle, z, opts, g).cpu().tolist()
+        dt = time.perf_counter() - t0
+        for i, row in enumerate(ids):
+            kept = trim_ids(row, tok)
+            yield {"text": tok.decode(kept), "ids": kept, "index": done + i, "seed": opts.seed,
+                   "steps": opts.steps, "solver": opts.solver, "time_s": round(dt / b, 5)}
+        done += b
+        k += 1

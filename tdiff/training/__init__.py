@@ -1,0 +1,1 @@
+"""Training: the shared loop, checkpoints, data batching."""

@@ -1,0 +1,92 @@
+"""Token data for training: read ids JSONL, split held-out data, pad, batch.
+
+The held-out split is decided by a hash of each record's ids, so `train-vae`,
+`train`, `train-ar` and `eval` agree on it whatever their seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from tdiff.errors import DataError
+from tdiff.io import display_name, iter_jsonl
+
+
+@dataclass
+class TokenData:
+    seqs: list            # list[list[int]]
+    labels: list          # list[str | None], same length (None when no label field)
+    digest: str           # sha256 of the ids, for provenance in checkpoints
+
+
+def read_ids(path, vocab_size: int | None = None, label_field: str | None = None) -> TokenData:
+    """Read `{"ids": [...]}` records; a bad record is a DataError naming its line."""
+    name = display_name(path)
+    seqs, labels = [], []
+    h = hashlib.sha256()
+    for n, rec in iter_jsonl(path):
+        ids = rec.get("ids")
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise DataError(f"{name}:{n}: expected an 'ids' list of integers (run `tdiff tokenize` first)")
+        if vocab_size is not None and ids and (max(ids) >= vocab_size or min(ids) < 0):
+            raise DataError(
+                f"{name}:{n}: token id {max(ids) if max(ids) >= vocab_size else min(ids)} is outside the "
+                f"vocabulary of size {vocab_size} (was this data made with another tokenizer?)"
+            )
+        if not ids:
+            continue
+        seqs.append(ids)
+        labels.append(None if label_field is None else rec.get(label_field))
+        h.update(str(ids).encode())
+    return TokenData(seqs, labels, h.hexdigest()[:16])
+
+
+def is_heldout(ids, fraction: float) -> bool:
+    """Deterministic held-out membership from a hash of the ids (independent of seeds)."""
+    if fraction <= 0:
+        return False
+    d = hashlib.blake2b(str(ids).encode(), digest_size=8).digest()
+    return int.from_bytes(d, "little") / 2**64 < fraction
+
+
+def split(data: TokenData, fraction: float) -> tuple[TokenData, TokenData]:
+    """(train, heldout) by is_heldout."""
+    tr, te = TokenData([], [], data.digest), TokenData([], [], data.digest)
+    for s, lab in zip(data.seqs, data.labels):
+        dst = te if is_heldout(s, fraction) else tr
+        dst.seqs.append(s)
+        dst.labels.append(lab)
+    return tr, te
+
+
+def pad_batch(seqs, max_len: int, pad_id: int):
+    """(B, max_len) LongTensor: each sequence truncated to max_len, then right-padded with pad_id."""
+    import torch
+
+    out = torch.full((len(seqs), max_len), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        s = s[:max_len]
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
+def batches(n: int, batch_size: int, seed: int, start_step: int = 0):
+    """Endless index batches: a fresh seeded permutation per epoch; skips START_STEP batches (resume)."""
+    import torch
+
+    per_epoch = max(1, n // batch_size)
+    epoch, step = divmod(start_step, per_epoch)
+    while True:
+        g = torch.Generator().manual_seed(seed * 100003 + epoch)
+        perm = torch.randperm(n, generator=g)
+        for b in range(step, per_epoch):
+            yield perm[b * batch_size:(b + 1) * batch_size]
+        epoch, step = epoch + 1, 0
+
+
+def length_percentile(seqs, q: float) -> int:
+    s = sorted(len(x) for x in seqs)
+    if not s:
+        return 0
+    return s[min(len(s) - 1, int(q * len(s)))]

@@ -1,0 +1,142 @@
+"""Train the text VAE (SPEC §2 train-vae) and write a self-contained `vae` artifact."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tdiff import log
+from tdiff.errors import DataError, UsageError
+from tdiff.training import checkpoints as ck
+from tdiff.training import data as D
+from tdiff.training.loop import LoopConfig, Trainer
+
+
+@dataclass
+class VAETrainConfig:
+    preset: str = "tiny"
+    latent_dim: int = 32
+    latent_stride: int = 1
+    max_len: int = 0               # 0: the 99th percentile of training lengths, rounded up
+    beta: float = 1e-3             # KL weight after warm-up
+    kl_warmup: int = 500           # steps of linear β warm-up from 0
+    free_bits: float = 0.1         # nats per latent dimension
+    batch_size: int = 64
+    holdout: float = 0.02
+    loop: LoopConfig = field(default_factory=LoopConfig)
+
+
+def auto_max_len(seqs, stride: int, cap: int = 512) -> int:
+    """99th-percentile length + 1 (room for the pad that marks the end), rounded up to a multiple of 8·stride."""
+    q = D.length_percentile(seqs, 0.99) + 1
+    m = 8 * stride
+    return min(cap, max(m, -(-q // m) * m))
+
+
+def build_vae(tc: VAETrainConfig, vocab_size: int, pad_id: int, max_len: int):
+    from tdiff.models.vae import PRESETS, TextVAE, VAEConfig
+
+    if tc.preset not in PRESETS:
+        raise UsageError(f"--preset {tc.preset!r}: choose one of {', '.join(PRESETS)}")
+    if tc.latent_stride not in (1, 2, 4):
+        raise UsageError("--latent-stride must be 1, 2 or 4")
+    cfg = VAEConfig(**{**PRESETS[tc.preset], "vocab_size": vocab_size, "max_len": max_len,
+                       "latent_dim": tc.latent_dim, "latent_stride": tc.latent_stride, "pad_id": pad_id})
+    return TextVAE(cfg)
+
+
+def latent_stats(vae, seqs, max_len, pad_id, device, batch_size=256):
+    """Per-dimension mean and std of the encoder means over SEQS (so the denoiser sees unit variance)."""
+    import torch
+
+    s1 = s2 = None
+    n = 0
+    vae.eval()
+    with torch.no_grad():
+        for i in range(0, len(seqs), batch_size):
+            ids = D.pad_batch(seqs[i:i + batch_size], max_len, pad_id).to(device)
+            mu, _ = vae.encode(ids)                      # (B, N, Dz)
+            mu = mu.double().reshape(-1, mu.shape[-1])
+            s1 = mu.sum(0) if s1 is None else s1 + mu.sum(0)
+            s2 = (mu * mu).sum(0) if s2 is None else s2 + (mu * mu).sum(0)
+            n += mu.shape[0]
+    mean = s1 / n
+    std = (s2 / n - mean * mean).clamp_min(1e-12).sqrt()
+    return mean.float(), std.float()
+
+
+def reconstruction_metrics(vae, seqs, max_len, pad_id, device, batch_size=256) -> dict:
+    """Token accuracy (text positions and the end-of-text pad) and exact-match rate, decoding the posterior mean."""
+    import torch
+
+    correct = total = exact = 0
+    vae.eval()
+    with torch.no_grad():
+        for i in range(0, len(seqs), batch_size):
+            chunk = seqs[i:i + batch_size]
+            ids = D.pad_batch(chunk, max_len, pad_id).to(device)       # (B, L)
+            mu, _ = vae.encode(ids)
+            pred = vae.decode(mu).argmax(-1)                          # (B, L)
+            for b, s in enumerate(chunk):
+                n = min(len(s), max_len)
+                upto = min(n + 1, max_len)                             # text + the pad that ends it
+                eq = pred[b, :upto] == ids[b, :upto]
+                correct += int(eq.sum())
+                total += upto
+                exact += int(bool((pred[b] == ids[b]).all()))
+    return {"token_accuracy": correct / max(1, total), "exact_match": exact / max(1, len(seqs)),
+            "sequences": len(seqs)}
+
+
+def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig, device,
+              ckpt_path: Path, log_path=None, resume=False) -> dict:
+    import torch
+
+    from tdiff.device import seed_everything
+    from tdiff.text.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tokenizer_path)
+    data = D.read_ids(input_path, vocab_size=tok.vocab_size)
+    if not data.seqs:
+        raise DataError(f"{input_path}: no token records to train on")
+    train, held = D.split(data, tc.holdout)
+    if not train.seqs:
+        raise DataError("every record fell in the held-out split; lower --holdout")
+    max_len = tc.max_len or auto_max_len(train.seqs, tc.latent_stride)
+    if max_len % tc.latent_stride:
+        raise UsageError(f"--max-len {max_len} must be a multiple of --latent-stride {tc.latent_stride}")
+    seed_everything(tc.loop.seed)
+    vae = build_vae(tc, tok.vocab_size, tok.pad_id, max_len).to(device)
+    log.info(f"train-vae: {len(train.seqs):,} train / {len(held.seqs):,} held-out sequences, max_len {max_len}, "
+             f"{sum(p.numel() for p in vae.parameters()) / 1e6:.2f}M parameters, device {device}")
+    fingerprint = {"vae": vae.cfg.to_dict(), "data": data.digest, "train": asdict(tc) | {"loop": None}}
+    batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed)
+
+    def step_fn(step):
+        idx = next(batches)
+        ids = D.pad_batch([train.seqs[i] for i in idx], max_len, tok.pad_id).to(device)  # (B, L)
+        beta = tc.beta * min(1.0, step / max(1, tc.kl_warmup))
+        out = vae(ids, beta=beta, free_bits=tc.free_bits)
+        return out["loss"], {"rec": out["rec"].item(), "kl": out["kl"].item(), "acc": out["acc"].item()}, ids.numel()
+
+    trainer = Trainer(vae, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path, fingerprint=fingerprint)
+    if resume:
+        trainer.resume()
+        batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed, start_step=trainer.step * tc.loop.grad_accum)
+    summary = trainer.run()
+    if summary["interrupted"]:
+        log.info(f"interrupted: checkpoint at {ckpt_path}; rerun with --resume to continue")
+        return summary
+    vae.load_state_dict(trainer.ema_state_dict())
+    mean, std = latent_stats(vae, train.seqs, max_len, tok.pad_id, device)
+    vae.latent_mean.copy_(mean)
+    vae.latent_std.copy_(std)
+    metrics = reconstruction_metrics(vae, held.seqs or train.seqs[:256], max_len, tok.pad_id, device)
+    summary["heldout"] = metrics
+    tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
+    ck.save_artifact(output, tensors, "vae", config={"vae": vae.cfg.to_dict()},
+                     train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)},
+                     tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
+    log.info(f"train-vae: held-out token accuracy {metrics['token_accuracy']:.4f}, exact match "
+             f"{metrics['exact_match']:.4f} on {metrics['sequences']} sequences; wrote {output}")
+    return summary
