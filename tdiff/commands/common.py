@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import click
 import typer
 
 from tdiff import log
@@ -19,7 +18,7 @@ from tdiff.errors import EXIT_NOINPUT
 _SKIP = {"config", "dump_config"}
 
 
-def _load_config(ctx: click.Context, param: click.Parameter, value: Optional[Path]):
+def _load_config(ctx: typer.Context, param, value: Optional[Path]):
     """Eager callback: read a YAML mapping of option values into ctx.default_map.
 
     Keys may use dashes or underscores. Values become defaults, so options given
@@ -36,15 +35,15 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: Optional[Pat
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except Exception as e:  # yaml.YAMLError, UnicodeDecodeError
-        raise click.BadParameter(f"'{p}' is not valid YAML: {str(e).splitlines()[0]}", ctx, param)
+        raise typer.BadParameter(f"'{p}' is not valid YAML: {str(e).splitlines()[0]}", ctx, param)
     if not isinstance(data, dict):
-        raise click.BadParameter(f"'{p}' must hold a mapping of option names to values", ctx, param)
+        raise typer.BadParameter(f"'{p}' must hold a mapping of option names to values", ctx, param)
     known = {q.name for q in ctx.command.params if q.name not in _SKIP}
     defaults = {}
     for key, v in data.items():
         name = str(key).replace("-", "_")
         if name not in known:
-            raise click.BadParameter(
+            raise typer.BadParameter(
                 f"'{p}': unknown key '{key}' (known: {', '.join(sorted(known))})", ctx, param
             )
         defaults[name] = v
@@ -71,7 +70,7 @@ def quiet_option():
     return typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr (errors still show).")
 
 
-def effective_config(ctx: click.Context) -> dict:
+def effective_config(ctx: typer.Context) -> dict:
     """The command's parameters as plain YAML-able values (Paths as strings)."""
     out = {}
     for k, v in ctx.params.items():
@@ -87,7 +86,7 @@ def effective_config(ctx: click.Context) -> dict:
     return out
 
 
-def start(ctx: click.Context) -> None:
+def start(ctx: typer.Context) -> None:
     """Handle --dump-config and --quiet; call first in every command."""
     params = ctx.params
     log.set_quiet(bool(params.get("quiet", False)))
