@@ -66,9 +66,12 @@ def main(argv: list[str] | None = None) -> None:
             pass
     try:
         try:
-            app(args=argv, prog_name="tdiff")
+            # standalone_mode=False: errors reach us, so a closed pipe exits 0 quietly
+            # instead of click's exit 1, whatever the command.
+            rv = app(args=argv, prog_name="tdiff", standalone_mode=False)
         finally:
             sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        sys.exit(rv if isinstance(rv, int) else 0)
     except TdiffError as e:
         sys.stderr.write(f"tdiff: error: {e}\n")
         sys.exit(e.exit_code)
@@ -81,3 +84,11 @@ def main(argv: list[str] | None = None) -> None:
     except MemoryError:
         sys.stderr.write("tdiff: error: out of memory (try a smaller --batch-size)\n")
         sys.exit(EXIT_FAILURE)
+    except Exception as e:
+        if hasattr(e, "show") and hasattr(e, "exit_code"):  # click's usage errors: message, exit 2
+            e.show()
+            sys.exit(e.exit_code)
+        if type(e).__name__ == "Abort":
+            sys.stderr.write("tdiff: aborted\n")
+            sys.exit(EXIT_FAILURE)
+        raise

@@ -105,9 +105,12 @@ def require_field(rec: dict, field: str, kind, name: str, lineno: int):
     return v
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
+
+
 def dumps(rec: dict) -> str:
     """One JSONL line (UTF-8 text kept readable, no ASCII escapes)."""
-    return json.dumps(rec, ensure_ascii=False, separators=(", ", ": ")) + "\n"
+    return _ENCODE(rec) + "\n"
 
 
 @contextmanager
@@ -118,6 +121,9 @@ def atomic_path(path) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
     try:
         yield tmp
         os.replace(tmp, path)
