@@ -87,7 +87,8 @@ def diffusion_loss(dit, schedule, x0, tc: DiTTrainConfig, generator, label=None)
     u = torch.rand((), generator=generator, device=dev).item()
     t = ((torch.arange(b, device=dev, dtype=torch.float64) + u) / b).clamp(1e-5, 1 - 1e-5)   # (B,) stratified
     t = t[torch.randperm(b, generator=generator, device=dev)]
-    alpha, sigma = schedule.alpha_sigma(t)                               # (B,) float64, differentiable if learned
+    with torch.no_grad():  # a learned schedule trains only through vdm_variance_loss, never the MSE
+        alpha, sigma = schedule.alpha_sigma(t)                           # (B,) float64
     a32, s32 = alpha.float(), sigma.float()
     eps = torch.randn(x0.shape, generator=generator, device=dev)
     x_t = add_noise(x0, eps, a32, s32)                                   # (B, N, D)
@@ -100,7 +101,7 @@ def diffusion_loss(dit, schedule, x0, tc: DiTTrainConfig, generator, label=None)
     if tc.self_condition and torch.rand((), generator=generator, device=dev).item() < 0.5:
         with torch.no_grad():
             p0 = dit(x_t.detach(), tt, self_cond=None, label=label, cond_x=cond_x, cond_mask=cond_mask)
-            self_cond = pred_to_x0(tc.target, p0.float(), x_t.detach(), a32.detach(), s32.detach()).detach()
+            self_cond = pred_to_x0(tc.target, p0.float(), x_t.detach(), a32, s32).detach()
     pred = dit(x_t, tt, self_cond=self_cond, label=label, cond_x=cond_x, cond_mask=cond_mask).float()
     tgt = target(tc.target, x0, eps, a32, s32)
     err = (pred - tgt) ** 2                                               # (B, N, D)
@@ -112,7 +113,7 @@ def diffusion_loss(dit, schedule, x0, tc: DiTTrainConfig, generator, label=None)
     if any(p.requires_grad for p in schedule.parameters()):
         from tdiff.diffusion.schedules import vdm_variance_loss
 
-        eps_mse = ((pred_to_eps(tc.target, pred.detach(), x_t.detach(), a32.detach(), s32.detach()) - eps) ** 2)
+        eps_mse = ((pred_to_eps(tc.target, pred.detach(), x_t.detach(), a32, s32) - eps) ** 2)
         sched_loss = vdm_variance_loss(schedule, t, (eps_mse * w).sum((1, 2)))
         loss = loss + sched_loss + reg
         metrics["sched"] = float(sched_loss)
