@@ -23,7 +23,10 @@ def load_vae(path, device="cpu"):
     art = ck.load_artifact(path, expect=("vae",) + MODEL_KINDS, device="cpu")
     if "vae" not in art.config:
         raise DataError(f"{path}: holds no VAE configuration")
-    vae = TextVAE(VAEConfig.from_dict(art.config["vae"]))
+    try:
+        vae = TextVAE(VAEConfig.from_dict(art.config["vae"]))
+    except ValueError as e:
+        raise DataError(f"{path}: {e}") from None
     _load_state(vae, art.sub("vae"), path, "VAE")
     return vae.to(device).eval(), art.load_tokenizer(), art
 
@@ -48,7 +51,7 @@ class Bundle:
 
     @property
     def latent_shape(self):
-        c = self.dit.cfg
+        c = self.dit.config
         return (c.max_len, c.latent_dim)
 
     def x0_estimate(self, x_t, t, self_cond=None, label=None, cond_x=None, cond_mask=None):
@@ -86,7 +89,10 @@ def load_bundle(path, device="cpu", use_ema: bool = True) -> Bundle:
     vae, tok, art = load_vae(path, device)
     if "dit" not in art.config:
         raise DataError(f"{path}: a VAE file, not a diffusion model (train one with `tdiff train`)")
-    dit = DiT(DiTConfig.from_dict(art.config["dit"]))
+    try:
+        dit = DiT(DiTConfig.from_dict(art.config["dit"]))
+    except (ValueError, TypeError) as e:
+        raise DataError(f"{path}: {e}") from None
     prefix = "dit_ema" if use_ema and any(k.startswith("dit_ema.") for k in art.tensors) else "dit"
     _load_state(dit, art.sub(prefix), path, "denoiser")
     schedule = make_schedule(**art.config["schedule"])

@@ -178,7 +178,7 @@ class Trainer:
                         ok = False
                         break
                     (self.scaler.scale(loss) if self.scaler else loss).backward()
-                    tot_loss += float(loss)
+                    tot_loss += float(loss.detach())
                     win_tokens += ntok
                     self.tokens += ntok
                     for k, v in m.items():

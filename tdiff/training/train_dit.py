@@ -138,7 +138,7 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     if not data.seqs:
         raise DataError(f"{input_path}: no token records to train on")
     train, held = D.split(data, tc.holdout)
-    vcfg = vae.cfg
+    vcfg = vae.config
     seed_everything(tc.loop.seed)
     lat = encode_latents(vae, train.seqs, vcfg.max_len, tok.pad_id, device)          # (N, Lz, Dz)
     n_lat, dz = lat.shape[1], lat.shape[2]
@@ -151,7 +151,7 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     module = _denoiser_module(dit, schedule).to(device)
     log.info(f"train: {len(train.seqs):,} sequences → latents {tuple(lat.shape[1:])}, "
              f"DiT {dit.num_params() / 1e6:.2f}M parameters, schedule {tc.schedule}, target {tc.target}, device {device}")
-    fingerprint = {"dit": dit.cfg.to_dict(), "data": data.digest, "vae": vae_art.train.get("data"),
+    fingerprint = {"dit": dit.config.to_dict(), "data": data.digest, "vae": vae_art.train.get("data"),
                    "train": asdict(tc) | {"loop": None}}
     gen = torch.Generator(device=device).manual_seed(tc.loop.seed)
     batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed)
@@ -172,7 +172,7 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
         return summary
     # held-out denoising loss with the EMA weights, fixed seed
     ema = trainer.ema_state_dict()
-    eval_mod = _denoiser_module(DiT(dit.cfg), make_schedule(**schedule.config())).to(device)
+    eval_mod = _denoiser_module(DiT(dit.config), make_schedule(**schedule.config())).to(device)
     eval_mod.load_state_dict(ema)
     if held.seqs:
         hl = encode_latents(vae, held.seqs, vcfg.max_len, tok.pad_id, device)
@@ -186,7 +186,7 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     tensors.update({f"dit.{k}": v for k, v in module.dit.state_dict().items()})
     tensors.update({f"dit_ema.{k[4:]}": v for k, v in ema.items() if k.startswith("dit.")})
     tensors.update({f"schedule.{k[9:]}": v for k, v in ema.items() if k.startswith("schedule.")})
-    config = {"vae": vcfg.to_dict(), "dit": dit.cfg.to_dict(), "schedule": schedule.config(),
+    config = {"vae": vcfg.to_dict(), "dit": dit.config.to_dict(), "schedule": schedule.config(),
               "diffusion": {"target": tc.target, "self_condition": tc.self_condition}}
     ck.save_artifact(output, tensors, "model", config=config,
                      train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc),

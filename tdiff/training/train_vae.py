@@ -109,7 +109,7 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
     vae = build_vae(tc, tok.vocab_size, tok.pad_id, max_len).to(device)
     log.info(f"train-vae: {len(train.seqs):,} train / {len(held.seqs):,} held-out sequences, max_len {max_len}, "
              f"{sum(p.numel() for p in vae.parameters()) / 1e6:.2f}M parameters, device {device}")
-    fingerprint = {"vae": vae.cfg.to_dict(), "data": data.digest, "train": asdict(tc) | {"loop": None}}
+    fingerprint = {"vae": vae.config.to_dict(), "data": data.digest, "train": asdict(tc) | {"loop": None}}
     batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed)
 
     def step_fn(step):
@@ -129,12 +129,11 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
         return summary
     vae.load_state_dict(trainer.ema_state_dict())
     mean, std = latent_stats(vae, train.seqs, max_len, tok.pad_id, device)
-    vae.latent_mean.copy_(mean)
-    vae.latent_std.copy_(std)
+    vae.set_latent_stats(mean.to(device), std.to(device))
     metrics = reconstruction_metrics(vae, held.seqs or train.seqs[:256], max_len, tok.pad_id, device)
     summary["heldout"] = metrics
     tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
-    ck.save_artifact(output, tensors, "vae", config={"vae": vae.cfg.to_dict()},
+    ck.save_artifact(output, tensors, "vae", config={"vae": vae.config.to_dict()},
                      train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)},
                      tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
     log.info(f"train-vae: held-out token accuracy {metrics['token_accuracy']:.4f}, exact match "
