@@ -4,6 +4,7 @@ from tdiff.commands.clean import clean
 from tdiff.commands.sample import sample
 from tdiff.commands.tokenize import tokenize
 from tdiff.commands.train import train
+from tdiff.commands.train_ar import train_ar
 from tdiff.commands.train_vae import train_vae
 
 COMMANDS = [
@@ -11,5 +12,6 @@ COMMANDS = [
     ("tokenize", tokenize),
     ("train-vae", train_vae),
     ("train", train),
+    ("train-ar", train_ar),
     ("sample", sample),
 ]

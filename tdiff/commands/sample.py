@@ -13,14 +13,18 @@ from tdiff.commands import training_options as T
 
 def sample(
     ctx: typer.Context,
-    model: Path = typer.Option(..., "--model", "-m", help="Model from `tdiff train` (or a distilled student)."),
+    model: Path = typer.Option(..., "--model", "-m",
+                               help="Model from `tdiff train` (or a distilled student), or a `tdiff train-ar` directory."),
     output: str = typer.Option("-", "--output", "-o", help="Output JSONL; - for stdout."),
     num: int = typer.Option(1, "--num", "-n", help="Number of samples."),
     batch_size: int = typer.Option(16, "--batch-size", help="Samples generated together."),
     steps: int = typer.Option(12, "--steps", help="Solver steps (any N ≥ 1: time is continuous)."),
     solver: str = typer.Option("dpm", "--solver", help="ddpm (ancestral), ddim, or dpm (DPM-Solver++ 2M)."),
     eta: float = typer.Option(0.0, "--eta", help="DDIM η (0: deterministic; 1: ancestral-like)."),
-    temperature: float = typer.Option(0.0, "--temperature", help="Decoding temperature of the VAE logits (0: greedy)."),
+    temperature: Optional[float] = typer.Option(
+        None, "--temperature",
+        help="Decoding temperature (0: greedy). Default 0 for diffusion models (VAE logits), 1 for AR models."),
+    length: int = typer.Option(0, "--length", help="AR models: at most this many new tokens (0: as many as fit)."),
     top_k: int = typer.Option(0, "--top-k", help="Sample only among the k most likely tokens (0: off)."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (1: off)."),
     no_ema: bool = typer.Option(False, "--no-ema", help="Use the raw weights instead of the EMA weights."),
@@ -42,6 +46,16 @@ def sample(
     from tdiff.sample import SampleOptions, check_options, generate
 
     torch_dtype(dtype)
+    from tdiff.ar import is_ar_dir
+
+    if is_ar_dir(model):
+        return _sample_ar(model, output, num, batch_size, length, 1.0 if temperature is None else temperature,
+                          top_k, top_p, seed, device, dtype)
+    if length:
+        from tdiff.errors import UsageError
+
+        raise UsageError("--length applies to AR models only in this version (diffusion samples choose their length)")
+    temperature = 0.0 if temperature is None else temperature
     opts = SampleOptions(num=num, batch_size=batch_size, steps=steps, solver=solver, eta=eta,
                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, dtype=dtype)
     check_options(opts)
@@ -57,3 +71,27 @@ def sample(
     dt = time.perf_counter() - t0
     log.info(f"sample: {num} samples, {ntok} tokens in {dt:.2f}s ({ntok / max(dt, 1e-9):.0f} tok/s), "
              f"{solver} {steps} steps on {dev}")
+
+
+def _sample_ar(model, output, num, batch_size, length, temperature, top_k, top_p, seed, device, dtype):
+    """`tdiff sample` on a train-ar directory: transformers `generate` with the KV cache."""
+    import time
+
+    from tdiff import log
+    from tdiff.ar import generate_ar, load_ar
+    from tdiff.device import resolve_device
+    from tdiff.io import JsonlWriter, open_output
+
+    dev = resolve_device(device)
+    m, tok = load_ar(model, dev)
+    t0 = time.perf_counter()
+    ntok = 0
+    with open_output(output) as out:
+        w = JsonlWriter(out, flush_every=1)
+        for rec in generate_ar(m, tok, num, batch_size=batch_size, max_new_tokens=length, temperature=temperature,
+                               top_k=top_k, top_p=top_p, seed=seed, device=dev, dtype=dtype):
+            rec["solver"] = "ar"
+            w.write(rec)
+            ntok += len(rec["ids"])
+    dt = time.perf_counter() - t0
+    log.info(f"sample: {num} AR samples, {ntok} tokens in {dt:.2f}s ({ntok / max(dt, 1e-9):.0f} tok/s) on {dev}")
