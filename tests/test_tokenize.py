@@ -240,13 +240,20 @@ def test_small_vocabulary_keeps_frequent_characters(mt, capsys):
 def test_training_errors():
     texts = _train_texts()
     with pytest.raises(UsageError, match="--vocab-size"):
-        train(texts[:20], None, vocab_size=8000, character_coverage=COVERAGE)  # too large
-    with pytest.raises(UsageError, match="--vocab-size"):
         train(texts, None, vocab_size=200)  # not even room for the byte pieces
     with pytest.raises(UsageError, match="--character-coverage"):
         train(texts, None, character_coverage=0.5)
     with pytest.raises(DataError, match="no text"):
         train(["", ""], None)
+
+
+def test_vocab_size_above_what_text_holds_is_a_soft_limit(capsys):
+    """More pieces asked for than the text yields: all there are get learned, with a warning, still lossless."""
+    texts = _train_texts()[:20]
+    tok = train(texts, None, vocab_size=8000, character_coverage=COVERAGE)
+    assert 256 < tok.vocab_size < 8000
+    assert "learned a smaller vocabulary" in capsys.readouterr().err
+    assert all(tok.decode(tok.encode(t)) == t for t in texts)
 
 
 def test_reservoir_sample():
@@ -399,7 +406,7 @@ def test_cli_file_errors(models, tmp_path):
 def test_cli_usage_errors(models, tmp_path):
     r = run_tdiff(["tokenize", "-m", models[("none", "bpe")], "--pretokenize", "jieba"], input="")
     assert r.returncode == 2 and "--pretokenize" in _err(r)
-    r = run_tdiff(["tokenize", "-m", tmp_path / "t.model", "--vocab-size", 8000], input='{"text": "一二三"}\n')
+    r = run_tdiff(["tokenize", "-m", tmp_path / "t.model", "--vocab-size", 100], input='{"text": "一二三"}\n')
     assert r.returncode == 2 and "--vocab-size" in _err(r) and "Traceback" not in _err(r)
     assert not (tmp_path / "t.model").exists()
 

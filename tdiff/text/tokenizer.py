@@ -572,7 +572,20 @@ def train(
         "seed": seed,
     }
     try:
-        model_bytes = _run_trainer(sentences, opts, seed)
+        try:
+            model_bytes = _run_trainer(sentences, opts, seed)
+        except RuntimeError as e:
+            m = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", str(e))
+            if not m:
+                raise
+            # The text holds fewer pieces than asked for (small corpus, or jieba words as hard
+            # boundaries): learn all there are, as `hard_vocab_limit=false` does, and say so.
+            from tdiff import log
+
+            opts["hard_vocab_limit"] = False
+            model_bytes = _run_trainer(sentences, opts, seed)
+            log.warn(f"--vocab-size {vocab_size}: this text yields at most {m.group(2)} pieces; "
+                     f"learned a smaller vocabulary")
     except RuntimeError as e:
         if not _too_many_chars(e):
             raise _training_error(e, vocab_size, character_coverage) from None
