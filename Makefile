@@ -40,7 +40,7 @@ bench: install
 
 lint: install
 	$(BIN)/python -m compileall -q tdiff tests bench
-	$(BIN)/python -m pyflakes tdiff tests bench 2>/dev/null || true
+	$(BIN)/python -m pyflakes tdiff tests bench
 
 clean-demo:
 	rm -rf $(DEMO_DIR)

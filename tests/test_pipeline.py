@@ -7,7 +7,6 @@ error handling, not quality (bench/ measures quality).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -90,8 +90,6 @@ def reconstruction_metrics(vae, seqs, max_len, pad_id, device, batch_size=256) -
 
 def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig, device,
               ckpt_path: Path, log_path=None, resume=False) -> dict:
-    import torch
-
     from tdiff.device import seed_everything
     from tdiff.text.tokenizer import Tokenizer
 
