@@ -1,6 +1,7 @@
 """Which subcommands `tdiff` offers. A command is listed here only once it really works."""
 
 from tdiff.commands.clean import clean
+from tdiff.commands.eval import eval_cmd
 from tdiff.commands.sample import sample
 from tdiff.commands.tokenize import tokenize
 from tdiff.commands.train import train
@@ -14,4 +15,5 @@ COMMANDS = [
     ("train", train),
     ("train-ar", train_ar),
     ("sample", sample),
+    ("eval", eval_cmd),
 ]

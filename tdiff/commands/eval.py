@@ -1,0 +1,213 @@
+"""`tdiff eval`: metrics of a model, its samples and its speed as one JSON object on stdout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from tdiff.commands import common
+from tdiff.commands import training_options as T
+
+MODES_HELP = ("--model with --data (held-out data), --samples (generated texts) or --speed with --model")
+
+
+def eval_cmd(
+    ctx: typer.Context,
+    model: Optional[Path] = typer.Option(
+        None, "--model", "-m",
+        help="A vae/model/student safetensors file or a `tdiff train-ar` directory (for --data and --speed)."),
+    data: Optional[Path] = typer.Option(
+        None, "--data", help="Held-out ids JSONL: VAE reconstruction, denoising loss, or AR perplexity of --model."),
+    samples: Optional[Path] = typer.Option(
+        None, "--samples", help="Generated texts JSONL ({\"text\"}, optional \"ids\"), e.g. from `tdiff sample`."),
+    judge: Optional[Path] = typer.Option(
+        None, "--judge", help="`tdiff train-ar` directory scoring --samples (generative perplexity)."),
+    references: Optional[Path] = typer.Option(
+        None, "--references",
+        help="Reference texts JSONL paired in order with --samples: BLEU, ROUGE-L, lengths "
+             "(also the real texts for the judge when --real is not given)."),
+    real: Optional[Path] = typer.Option(
+        None, "--real", help="Real texts JSONL for the judge's real/shuffled perplexities and q."),
+    train: Optional[Path] = typer.Option(
+        None, "--train", help="Training data JSONL (ids or text): 4-gram overlap of --samples with it."),
+    speed: bool = typer.Option(False, "--speed", help="Time sampling with --model (tokens/s, latency p50/p95)."),
+    steps: int = typer.Option(12, "--steps", help="--speed: solver steps (diffusion models)."),
+    solver: str = typer.Option("dpm", "--solver", help="--speed: ddpm, ddim or dpm (diffusion models)."),
+    batch_size: int = typer.Option(1, "--batch-size", help="--speed: samples per timed batch."),
+    length: int = typer.Option(
+        0, "--length",
+        help="--speed, AR models: new tokens per sample (0: 128 or what fits). Diffusion models have a fixed length."),
+    repeats: int = typer.Option(5, "--repeats", help="--speed: timed batches."),
+    warmup: int = typer.Option(1, "--warmup", help="--speed: untimed batches first."),
+    max_records: int = typer.Option(0, "--max-records", help="Use at most N records of each input file (0: all)."),
+    t_samples: int = typer.Option(4, "--t-samples",
+                                  help="Denoising loss: passes over --data, each with fresh t and noise."),
+    output: str = typer.Option("-", "--output", "-o", help="Output JSON file; - for stdout."),
+    device: str = T.device_opt(),
+    dtype: str = T.dtype_opt(),
+    seed: int = T.seed_opt(),
+    quiet: bool = common.quiet_option(),
+    config: Optional[Path] = common.config_option(),
+    dump_config: bool = common.dump_config_option(),
+):
+    """Evaluate a model, its samples and its speed; print one JSON object of metrics (table on stderr)."""
+    common.start(ctx)
+    import json
+    import time
+
+    from tdiff import evaluate as E
+    from tdiff import log
+    from tdiff.errors import UsageError
+
+    if data is None and samples is None and not speed:
+        raise UsageError(f"nothing to evaluate: select a mode with {MODES_HELP}")
+    if (data is not None or speed) and model is None:
+        raise UsageError(f"{'--data' if data is not None else '--speed'} needs -m/--model")
+    if model is not None and data is None and not speed:
+        raise UsageError("-m/--model is used with --data or --speed; add one of them")
+    for opt, val in (("--judge", judge), ("--references", references), ("--real", real), ("--train", train)):
+        if val is not None and samples is None:
+            raise UsageError(f"{opt} applies to --samples; give --samples FILE")
+    if max_records < 0:
+        raise UsageError("--max-records must be ≥ 0")
+
+    from tdiff.device import DTYPES
+
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    t_start = time.perf_counter()
+    result: dict = {}
+    for opt, val in (("-m/--model", model), ("--data", data), ("--judge", judge), ("--train", train)):
+        if val is not None and str(val) != "-" and not val.exists():
+            from tdiff.errors import NoInputError
+
+            raise NoInputError(f"{opt} '{val}' does not exist")
+    # Text inputs first: they are cheap, and a missing or malformed file fails before any model loads.
+    smp = refs = real_recs = None
+    if samples is not None:
+        smp = E.read_texts(samples, max_records=max_records, opt="--samples")
+        if not smp.texts:
+            from tdiff.errors import DataError
+
+            raise DataError(f"{smp.path}: no sample records")
+        if references is not None:
+            refs = E.read_texts(references, max_records=max_records, opt="--references")
+        real_recs = E.read_texts(real, max_records=max_records, opt="--real") if real is not None else refs
+    dev = None
+    if model is not None or judge is not None:
+        from tdiff.device import resolve_device
+
+        dev = resolve_device(device)
+
+    if model is not None:
+        kind = E.model_kind(model)
+        if kind == "ar":
+            from tdiff.ar import load_ar
+
+            ar_model, ar_tok = load_ar(model, dev)
+            if data is not None:
+                seqs = E.read_heldout_ids(data, ar_tok.vocab_size, max_records)
+                result["perplexity"] = E.ar_perplexity(ar_model, seqs, dev, dtype)
+            if speed:
+                result["speed"] = E.speed_ar(ar_model, ar_tok, dev, length=length, batch_size=batch_size,
+                                             repeats=repeats, warmup=warmup, seed=seed, dtype=dtype)
+        else:
+            from tdiff.bundle import load_bundle, load_vae
+
+            bundle = load_bundle(model, dev) if kind == "model" else None
+            if bundle is not None:
+                vae, tok = bundle.vae, bundle.tokenizer
+            else:
+                vae, tok, _ = load_vae(model, dev)
+            if data is not None:
+                seqs = E.read_heldout_ids(data, tok.vocab_size, max_records)
+                result["reconstruction"] = E.reconstruction(vae, tok, seqs, dev, dtype)
+                if bundle is not None:
+                    result["denoising"] = E.denoising(bundle, seqs, dev, seed=seed, t_samples=t_samples, dtype=dtype)
+            if speed:
+                if bundle is None:
+                    raise UsageError(f"--speed: '{model}' is a VAE file, not a diffusion model")
+                if length and length != vae.config.max_len:
+                    log.warn(f"--length {length} ignored: this diffusion model samples a fixed "
+                             f"{vae.config.max_len} positions")
+                result["speed"] = E.speed_diffusion(bundle, dev, steps=steps, solver=solver, batch_size=batch_size,
+                                                    repeats=repeats, warmup=warmup, seed=seed, dtype=dtype)
+
+    if smp is not None:
+        real_texts = real_recs.texts if real_recs is not None else None
+        judge_model = judge_tok = None
+        if judge is not None:
+            from tdiff.ar import load_ar
+
+            judge_model, judge_tok = load_ar(judge, dev)
+        result["samples"] = E.sample_metrics(smp.texts, smp.ids, judge_tok, real_texts)
+        if judge_model is not None:
+            result["judge"] = E.judge_metrics(judge_model, judge_tok, smp.texts, real_texts, seed=seed,
+                                              device=dev, dtype=dtype)
+        if train is not None:
+            result["memorization"] = E.memorization(smp, train)
+        if refs is not None:
+            result["references"] = E.reference_metrics(smp.texts, refs.texts)
+            if len(refs.texts) != len(smp.texts):
+                log.warn(f"{len(smp.texts)} samples but {len(refs.texts)} references: BLEU and ROUGE-L pair "
+                         f"the first {min(len(smp.texts), len(refs.texts))} in order")
+
+    from tdiff.io import open_output
+
+    with open_output(output) as out:
+        out.write(json.dumps(_finite(result), ensure_ascii=False, allow_nan=False) + "\n")
+    _show(result, time.perf_counter() - t_start)
+
+
+def _finite(v):
+    """NaN and ±inf become null: the output stays strict JSON (jq, other languages)."""
+    import math
+
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _rows(result: dict):
+    for group, d in result.items():
+        for key, v in d.items():
+            if isinstance(v, dict):
+                for k2, v2 in v.items():
+                    if isinstance(v2, dict):
+                        yield group, f"{key}.{k2}", " ".join(f"{a}={_fmt(b)}" for a, b in v2.items())
+                    else:
+                        yield group, f"{key}.{k2}", _fmt(v2)
+            else:
+                yield group, key, _fmt(v)
+
+
+def _show(result: dict, seconds: float) -> None:
+    """A rich table on stderr when it is a terminal (and not --quiet); else one summary line."""
+    from tdiff import log
+
+    if log.progress_enabled():
+        from rich.table import Table
+
+        table = Table(title=f"tdiff eval ({seconds:.1f}s)", show_lines=False)
+        table.add_column("group")
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        last = None
+        for group, key, val in _rows(result):
+            table.add_row(group if group != last else "", key, val)
+            last = group
+        log.console().print(table)
+    else:
+        log.info(f"eval: {', '.join(result)} in {seconds:.1f}s")
