@@ -38,12 +38,22 @@ class LoopConfig:
     ckpt_every: int = 500
 
 
-def lr_at(step: int, cfg: LoopConfig) -> float:
-    """Linear warm-up to cfg.lr over warmup_steps, then cosine decay to lr·min_lr_ratio at max_steps."""
+def step_progress(step: int, cfg: LoopConfig) -> float:
+    """Share of the post-warm-up step budget spent at STEP, in [0, 1]."""
+    span = max(1, cfg.max_steps - cfg.warmup_steps)
+    return min(1.0, max(0.0, (step - cfg.warmup_steps) / span))
+
+
+def lr_at(step: int, cfg: LoopConfig, progress: float | None = None) -> float:
+    """Linear warm-up to cfg.lr over warmup_steps, then cosine decay to lr·min_lr_ratio.
+
+    PROGRESS (in [0, 1]) is how far the decay has gone; by default the share of the step budget.
+    Under a time budget the trainer passes the larger of that and the share of the time spent,
+    so the rate reaches its floor when the budget that stops training runs out.
+    """
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.max_steps - cfg.warmup_steps)
-    p = min(1.0, (step - cfg.warmup_steps) / span)
+    p = step_progress(step, cfg) if progress is None else min(1.0, max(0.0, progress))
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
@@ -73,6 +83,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda") if (cfg.dtype == "fp16" and device.type == "cuda") else None
         self.ema = {k: v.detach().clone().float() for k, v in model.state_dict().items()} if cfg.ema_decay > 0 else None
         self.step = 0
+        self.progress = 0.0             # how far the lr decay has gone (steps or time, whichever is further)
         self.elapsed = 0.0
         self.tokens = 0
         self.last_metrics: dict = {}
@@ -92,7 +103,8 @@ class Trainer:
         tensors["rng.cpu"] = torch.get_rng_state()
         if torch.cuda.is_available() and self.device.type == "cuda":
             tensors["rng.cuda"] = torch.cuda.get_rng_state(self.device)
-        info = {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "optim": oinfo,
+        info = {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "progress": self.progress,
+                "optim": oinfo,
                 "loop": asdict(self.cfg), "fingerprint": self.fingerprint}
         ck.save_artifact(self.ckpt_path, tensors, "checkpoint", config=self.fingerprint, train=info)
 
@@ -121,6 +133,7 @@ class Trainer:
         if "rng.cuda" in art.tensors and self.device.type == "cuda":
             torch.cuda.set_rng_state(art.tensors["rng.cuda"], self.device)
         self.step, self.elapsed, self.tokens = info["step"], info["elapsed"], info.get("tokens", 0)
+        self.progress = info.get("progress", step_progress(self.step, self.cfg))
         log.info(f"resumed from {self.ckpt_path} at step {self.step}")
         return True
 
@@ -156,7 +169,7 @@ class Trainer:
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         logf = open(self.log_path, "a", encoding="utf-8") if self.log_path else None
         t_start = time.time()
-        elapsed0 = self.elapsed
+        elapsed0, progress0 = self.elapsed, self.progress
         nonfinite = 0
         win_tokens, win_t = 0, time.time()
         try:
@@ -165,7 +178,12 @@ class Trainer:
                 if cfg.max_minutes > 0 and (time.time() - t_start) >= cfg.max_minutes * 60:
                     log.info(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
                     break
-                lr = lr_at(self.step, cfg)
+                self.progress = max(self.progress, step_progress(self.step, cfg))
+                if cfg.max_minutes > 0 and self.step >= cfg.warmup_steps:
+                    # A resumed run decays the rest of the way within its own time budget.
+                    frac = (time.time() - t_start) / (cfg.max_minutes * 60)
+                    self.progress = max(self.progress, progress0 + (1 - progress0) * frac)
+                lr = lr_at(self.step, cfg, self.progress)
                 for g in self.opt.param_groups:
                     g["lr"] = lr
                 self.opt.zero_grad(set_to_none=True)
