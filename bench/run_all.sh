@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export SHARED=${SHARED:-../shared}
 BENCH_OUT=${BENCH_OUT:-bench_out}
-BENCHES=${BENCHES:-"clean_throughput tokenize_throughput speed_vs_ar quality"}
+BENCHES=${BENCHES:-"clean_throughput tokenize_throughput speed_vs_ar profile_sample quality"}
 mkdir -p "$BENCH_OUT"
 for b in $BENCHES; do
   echo "== bench/$b.py ==" >&2

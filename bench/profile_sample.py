@@ -1,0 +1,108 @@
+"""Where generation time goes, tdiff vs AR, with torch.profiler; prints one JSON object on stdout.
+
+The same models and timed paths as bench/speed_vs_ar.py (random weights of `--preset`, 128
+tokens, a GPT-2 of the same parameter count), one profiled run per (method, batch) after a
+warm-up. Operator self-times are grouped into:
+
+- matmul: aten::mm / addmm / bmm / linear / matmul (the work FLOPs count),
+- attention: the scaled-dot-product kernels,
+- norm: layer_norm / rms_norm and their pieces,
+- softmax_sampling: softmax, topk, argmax, sort, multinomial (decoding and the VAE head),
+- elementwise: everything else that is an aten op (adds, muls, copies, cat, index, ...),
+- outside_ops: wall time minus the sum of all op self-times: Python, dispatch, framework
+  bookkeeping (for AR `generate`: its per-token logits processing, cache updates, stopping
+  criteria; for tdiff: the solver's float64 coefficient arithmetic and the loop).
+
+Usage: python bench/profile_sample.py [--steps 12] [--batch 1,64] [--dtype fp32] [--preset tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import speed_vs_ar as S  # noqa: E402
+
+GROUPS = [
+    ("attention", ("scaled_dot_product", "flash_attention")),
+    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul", "aten::baddbmm")),
+    ("norm", ("layer_norm", "rms_norm", "aten::rsqrt", "aten::pow", "aten::mean", "aten::var")),
+    ("softmax_sampling", ("softmax", "topk", "argmax", "aten::sort", "multinomial", "aten::max")),
+]
+
+
+def group_of(name: str) -> str:
+    for g, keys in GROUPS:
+        if any(k in name for k in keys):
+            return g
+    return "elementwise"
+
+
+def profile(fn) -> dict:
+    """Wall time of one call of FN and the self CPU time of its aten ops, grouped."""
+    from torch.profiler import ProfilerActivity, profile as tprofile
+
+    with tprofile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t0
+    groups: dict[str, float] = {}
+    top = []
+    for ev in prof.key_averages():
+        if not ev.key.startswith("aten::"):
+            continue
+        self_s = ev.self_cpu_time_total / 1e6
+        g = group_of(ev.key)
+        groups[g] = groups.get(g, 0.0) + self_s
+        top.append((self_s, ev.key, ev.count))
+    in_ops = sum(groups.values())
+    groups["outside_ops"] = max(0.0, wall - in_ops)
+    top.sort(reverse=True)
+    return {"wall_s": round(wall, 4),
+            "share": {k: round(v / wall, 3) for k, v in sorted(groups.items(), key=lambda kv: -kv[1])},
+            "aten_calls": sum(c for _, _, c in top),
+            "top_ops": [{"op": k, "self_s": round(s, 4), "calls": c} for s, k, c in top[:6]]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="tiny")
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--batch", type=S.int_list, default=[1, 64])
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    a = p.parse_args()
+    sargs = S.parse_args(["--preset", a.preset, "--steps", str(a.steps)])
+
+    import torch
+
+    torch.set_num_threads(a.threads)
+    device = torch.device("cpu")
+    bundle, _ = S.build_tdiff(sargs, device)
+    L, V = bundle.vae.config.max_len, bundle.vae.config.vocab_size
+    model, count, info = S.build_ar(S.tdiff_params(bundle)["total"], V, L, bundle.tokenizer, sargs, device)
+    runner = S.Runner(bundle, model, L, device)
+    out = {"seq_len": L, "dtype": a.dtype, "threads": a.threads, "steps": a.steps,
+           "ar_config": {k: info[k] for k in ("n_layer", "n_embd", "n_head")}, "runs": []}
+    for batch in a.batch:
+        runner.ar(batch, a.dtype, new_tokens=16)
+        runner.tdiff(batch, a.dtype, a.steps)
+        for name, fn in (("ar", lambda: runner.ar(batch, a.dtype)),
+                         (f"tdiff_dpm{a.steps}", lambda: runner.tdiff(batch, a.dtype, a.steps))):
+            S.log(f"profiling {name} at batch {batch}")
+            r = profile(fn)
+            r.update(method=name, batch=batch, tokens_per_s_under_profiler=round(batch * L / r["wall_s"], 1))
+            out["runs"].append(r)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
