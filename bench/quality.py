@@ -14,9 +14,10 @@ Runs bench/prepare_songci.sh first when its models are missing (train or reuse),
 - the bars of SPEC §4: PPL ratio ≤ 2, entropy within 10%, q ≤ 0.5, length within 10%.
 
 Reference rows that calibrate the character KL: the shuffled held-out text has the same
-unigram counts (KL 0 by construction: unigram KL cannot see word order), and a random
-subset of training text with as many characters as the samples gives the finite-sample
-floor of the KL for real text.
+unigram counts as the real held-out texts (the same KL by construction: unigram KL cannot
+see word order), a random subset of training text with as many texts as the samples gives
+the finite-sample floor of the KL for real text, and characters drawn uniformly from the
+training text's character set give its scale for text with no unigram statistics.
 
 Usage: python bench/quality.py [--num 256] [--out bench_out/songci]
 """
@@ -149,6 +150,10 @@ def main() -> None:
     sets: dict[str, dict] = {}
     sets["real_heldout"] = scorer.score(real)
     sets["shuffled_heldout"] = scorer.score(shuffle_chars(real, seed=args.seed))
+    # Scale for the character KL: characters drawn uniformly from the training text's
+    # character set, with the real texts' lengths (no unigram statistics at all).
+    charset = sorted(set("".join(train)))
+    sets["uniform_chars"] = scorer.score(["".join(rng.choice(charset) for _ in t) for t in real])
     sub = rng.sample(train, min(args.num, len(train)))
     sets["train_subset"] = scorer.score(sub)
     sets["train_subset"]["lcs_with_train"] = "n/a (its own texts are in the index)"
