@@ -68,3 +68,21 @@ def test_resumed_time_budget_continues_the_decay(tmp_path):
     lrs = [json.loads(line) for line in open(tmp_path / "m.jsonl")]
     resumed = [r["lr"] for r in lrs if r["step"] > first_step]
     assert resumed and max(resumed) <= lr_at(10**6, tr2.cfg, p0) + 1e-12   # no restart of the schedule
+
+
+def test_lr_decay_steps_ignores_the_clock(tmp_path):
+    """--lr-decay steps: a run stopped by the clock ends near its peak rate (one schedule over many runs)."""
+    from tdiff.training.loop import LoopConfig as LC
+
+    tr = _toy_trainer(tmp_path, max_minutes=1.0 / 60)
+    tr.cfg = LC(**{**tr.cfg.__dict__, "lr_decay": "steps"})
+    tr.run()
+    lrs = [json.loads(line)["lr"] for line in open(tmp_path / "m.jsonl")]
+    assert lrs[-1] > 1e-2 * 0.99
+
+
+def test_lr_decay_bad_value_is_a_usage_error(tmp_path):
+    from tdiff.errors import UsageError
+
+    with pytest.raises(UsageError, match="--lr-decay"):
+        Trainer(torch.nn.Linear(2, 1), None, LoopConfig(lr_decay="linear"), torch.device("cpu"))

@@ -29,6 +29,7 @@ def train(
     warmup: int = T.warmup_opt(),
     max_steps: int = T.max_steps_opt(5000),
     max_minutes: float = T.max_minutes_opt(),
+    lr_decay: str = T.lr_decay_opt(),
     grad_accum: int = T.grad_accum_opt(),
     clip: float = T.clip_opt(),
     weight_decay: float = T.weight_decay_opt(),
@@ -54,7 +55,7 @@ def train(
 
     torch_dtype(dtype)
     loop = LoopConfig(lr=lr, weight_decay=weight_decay, warmup_steps=warmup, max_steps=max_steps,
-                      max_minutes=max_minutes, grad_accum=grad_accum, clip=clip, ema_decay=ema, dtype=dtype,
+                      max_minutes=max_minutes, lr_decay=lr_decay, grad_accum=grad_accum, clip=clip, ema_decay=ema, dtype=dtype,
                       seed=seed, log_every=log_every, ckpt_every=ckpt_every)
     tc = DiTTrainConfig(preset=preset, schedule=schedule, target=target, self_condition=self_condition,
                         cond_prob=cond_prob, batch_size=batch_size, holdout=holdout, loop=loop)

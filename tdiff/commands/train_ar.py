@@ -31,6 +31,7 @@ def train_ar(
     warmup: int = T.warmup_opt(),
     max_steps: int = T.max_steps_opt(3000),
     max_minutes: float = T.max_minutes_opt(),
+    lr_decay: str = T.lr_decay_opt(),
     grad_accum: int = T.grad_accum_opt(),
     clip: float = T.clip_opt(),
     weight_decay: float = T.weight_decay_opt(),
@@ -63,7 +64,7 @@ def train_ar(
     if output.name in ("", ".."):
         output = output.resolve()          # "-o ." names the directory; its checkpoint goes beside it
     loop = LoopConfig(lr=lr, weight_decay=weight_decay, warmup_steps=warmup, max_steps=max_steps,
-                      max_minutes=max_minutes, grad_accum=grad_accum, clip=clip, ema_decay=ema, dtype=dtype,
+                      max_minutes=max_minutes, lr_decay=lr_decay, grad_accum=grad_accum, clip=clip, ema_decay=ema, dtype=dtype,
                       seed=seed, log_every=log_every, ckpt_every=ckpt_every)
     tc = ARTrainConfig(preset=preset, n_layer=n_layer, n_embd=n_embd, n_head=n_head, dropout=dropout,
                        max_len=max_len, batch_size=batch_size, holdout=holdout, loop=loop)

@@ -30,6 +30,7 @@ def train_vae(
     warmup: int = T.warmup_opt(),
     max_steps: int = T.max_steps_opt(3000),
     max_minutes: float = T.max_minutes_opt(),
+    lr_decay: str = T.lr_decay_opt(),
     grad_accum: int = T.grad_accum_opt(),
     clip: float = T.clip_opt(),
     weight_decay: float = T.weight_decay_opt(),
@@ -58,7 +59,7 @@ def train_vae(
 
     torch_dtype(dtype)
     loop = LoopConfig(lr=lr, weight_decay=weight_decay, warmup_steps=warmup, max_steps=max_steps,
-                      max_minutes=max_minutes, grad_accum=grad_accum, clip=clip, ema_decay=ema, dtype=dtype,
+                      max_minutes=max_minutes, lr_decay=lr_decay, grad_accum=grad_accum, clip=clip, ema_decay=ema, dtype=dtype,
                       seed=seed, log_every=log_every, ckpt_every=ckpt_every)
     tc = VAETrainConfig(preset=preset, latent_dim=latent_dim, latent_stride=latent_stride, max_len=max_len,
                         beta=beta, kl_warmup=kl_warmup, free_bits=free_bits, batch_size=batch_size,

@@ -41,6 +41,13 @@ def max_minutes_opt():
                         "--max-steps and --max-minutes comes first ends training with a final checkpoint.")
 
 
+def lr_decay_opt():
+    return typer.Option("budget", "--lr-decay", help="What the cosine decay runs over: budget (whichever of "
+                        "--max-steps and --max-minutes ends first; each resumed run finishes the decay in its "
+                        "own --max-minutes) or steps (--max-steps only, e.g. one schedule over many nightly "
+                        "resumed runs).")
+
+
 def clip_opt():
     return typer.Option(1.0, "--clip", help="Gradient-norm clipping threshold (0: off).")
 

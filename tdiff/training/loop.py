@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Callable
 
 from tdiff import log
-from tdiff.errors import DataError, TdiffError
+from tdiff.errors import DataError, TdiffError, UsageError
 from tdiff.training import checkpoints as ck
+
+
+LR_DECAYS = ("budget", "steps")
 
 
 @dataclass
@@ -28,6 +31,7 @@ class LoopConfig:
     warmup_steps: int = 100
     max_steps: int = 1000
     max_minutes: float = 0.0        # 0: no time budget
+    lr_decay: str = "budget"        # cosine decay over: "budget" (steps or time, first to end) | "steps"
     grad_accum: int = 1
     clip: float = 1.0
     ema_decay: float = 0.999        # 0: no EMA
@@ -68,6 +72,8 @@ class Trainer:
                  log_path=None, fingerprint: dict | None = None):
         import torch
 
+        if cfg.lr_decay not in LR_DECAYS:
+            raise UsageError(f"--lr-decay {cfg.lr_decay!r}: expected one of {', '.join(LR_DECAYS)}")
         self.model, self.step_fn, self.cfg, self.device = model, step_fn, cfg, device
         self.ckpt_path = Path(ckpt_path) if ckpt_path else None
         self.log_path = Path(log_path) if log_path else None
@@ -179,7 +185,7 @@ class Trainer:
                     log.info(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
                     break
                 self.progress = max(self.progress, step_progress(self.step, cfg))
-                if cfg.max_minutes > 0 and self.step >= cfg.warmup_steps:
+                if cfg.lr_decay == "budget" and cfg.max_minutes > 0 and self.step >= cfg.warmup_steps:
                     # A resumed run decays the rest of the way within its own time budget.
                     frac = (time.time() - t_start) / (cfg.max_minutes * 60)
                     self.progress = max(self.progress, progress0 + (1 - progress0) * frac)
