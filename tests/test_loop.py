@@ -30,7 +30,7 @@ def test_lr_schedule_by_progress():
     assert lr_at(2, cfg, 1.0) == pytest.approx(2e-3 * 3 / 5)    # warm-up is by steps whatever the progress
 
 
-def _toy_trainer(tmp_path, max_minutes, max_steps=10**6, ckpt=None):
+def _toy_trainer(tmp_path, max_minutes, max_steps=10**6, ckpt=None, lr_decay="budget"):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     x, y = torch.randn(32, 4), torch.randn(32, 1)
@@ -40,7 +40,7 @@ def _toy_trainer(tmp_path, max_minutes, max_steps=10**6, ckpt=None):
         return torch.nn.functional.mse_loss(model(x), y), {}, 32
 
     cfg = LoopConfig(lr=1e-2, warmup_steps=2, max_steps=max_steps, max_minutes=max_minutes,
-                     min_lr_ratio=0.1, log_every=1, ckpt_every=0, ema_decay=0)
+                     min_lr_ratio=0.1, log_every=1, ckpt_every=0, ema_decay=0, lr_decay=lr_decay)
     return Trainer(model, step_fn, cfg, torch.device("cpu"), ckpt_path=ckpt, log_path=tmp_path / "m.jsonl")
 
 
@@ -72,10 +72,8 @@ def test_resumed_time_budget_continues_the_decay(tmp_path):
 
 def test_lr_decay_steps_ignores_the_clock(tmp_path):
     """--lr-decay steps: a run stopped by the clock ends near its peak rate (one schedule over many runs)."""
-    from tdiff.training.loop import LoopConfig as LC
-
-    tr = _toy_trainer(tmp_path, max_minutes=1.0 / 60)
-    tr.cfg = LC(**{**tr.cfg.__dict__, "lr_decay": "steps"})
+    assert LoopConfig().lr_decay == "steps"                     # the default
+    tr = _toy_trainer(tmp_path, max_minutes=1.0 / 60, lr_decay="steps")
     tr.run()
     lrs = [json.loads(line)["lr"] for line in open(tmp_path / "m.jsonl")]
     assert lrs[-1] > 1e-2 * 0.99

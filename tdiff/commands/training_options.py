@@ -42,10 +42,10 @@ def max_minutes_opt():
 
 
 def lr_decay_opt():
-    return typer.Option("budget", "--lr-decay", help="What the cosine decay runs over: budget (whichever of "
-                        "--max-steps and --max-minutes ends first; each resumed run finishes the decay in its "
-                        "own --max-minutes) or steps (--max-steps only, e.g. one schedule over many nightly "
-                        "resumed runs).")
+    return typer.Option("steps", "--lr-decay", help="What the cosine decay runs over: steps (--max-steps only; "
+                        "one schedule over many resumed runs, e.g. nightly cron jobs) or budget (whichever of "
+                        "--max-steps and --max-minutes ends first; a resumed run finishes the decay in its own "
+                        "--max-minutes).")
 
 
 def clip_opt():

@@ -31,7 +31,7 @@ class LoopConfig:
     warmup_steps: int = 100
     max_steps: int = 1000
     max_minutes: float = 0.0        # 0: no time budget
-    lr_decay: str = "budget"        # cosine decay over: "budget" (steps or time, first to end) | "steps"
+    lr_decay: str = "steps"         # cosine decay over: "steps" (--max-steps) | "budget" (steps or time, first to end)
     grad_accum: int = 1
     clip: float = 1.0
     ema_decay: float = 0.999        # 0: no EMA
@@ -52,8 +52,9 @@ def lr_at(step: int, cfg: LoopConfig, progress: float | None = None) -> float:
     """Linear warm-up to cfg.lr over warmup_steps, then cosine decay to lr·min_lr_ratio.
 
     PROGRESS (in [0, 1]) is how far the decay has gone; by default the share of the step budget.
-    Under a time budget the trainer passes the larger of that and the share of the time spent,
-    so the rate reaches its floor when the budget that stops training runs out.
+    With ``lr_decay="budget"`` and a time budget the trainer passes the larger of that and the
+    share of the time spent, so the rate reaches its floor when the budget that stops training
+    runs out.
     """
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
