@@ -28,6 +28,7 @@ in the learned parameters.  ``log_snr_derivative(t)`` gives dλ/dt in closed for
 
 from __future__ import annotations
 
+import abc
 import inspect
 import math
 
@@ -59,7 +60,7 @@ def _as_time(t) -> torch.Tensor:
     return torch.tensor(t, dtype=torch.float64)
 
 
-class Schedule(nn.Module):
+class Schedule(nn.Module, metaclass=abc.ABCMeta):
     """Base class: subclasses define ``log_snr`` and ``log_snr_derivative`` and ``config``.
 
     Everything else (α, σ, inverse, regularizer) is derived here.
@@ -67,9 +68,9 @@ class Schedule(nn.Module):
 
     name = "base"
 
+    @abc.abstractmethod
     def log_snr(self, t: torch.Tensor) -> torch.Tensor:
         """λ(t) = log(α_t²/σ_t²), elementwise, same shape and dtype as t."""
-        raise NotImplementedError
 
     def log_snr_derivative(self, t: torch.Tensor) -> torch.Tensor:
         """dλ/dt (negative), elementwise.  Default: autograd (subclasses give closed forms).
@@ -99,9 +100,9 @@ class Schedule(nn.Module):
         p = next(self.parameters(), None)
         return torch.zeros((), device=p.device if p is not None else None)
 
+    @abc.abstractmethod
     def config(self) -> dict:
         """Keyword arguments such that ``make_schedule(**config)`` rebuilds this schedule."""
-        raise NotImplementedError
 
     @torch.no_grad()
     def t_from_log_snr(self, lam: torch.Tensor, iters: int = 64) -> torch.Tensor:
