@@ -229,27 +229,13 @@ def build_ar(tdiff_total: int, vocab: int, seq_len: int, tok, args, device):
 class Runner:
     def __init__(self, bundle, model, seq_len: int, device):
         self.bundle, self.model, self.L, self.device = bundle, model, seq_len, device
-        tok = bundle.tokenizer
-        self.bos, self.eos, self.pad = tok.bos_id, tok.eos_id, tok.pad_id
+        self.pad = bundle.tokenizer.pad_id
 
     def ar(self, batch: int, dtype: str, new_tokens: int | None = None) -> dict:
-        import torch
-        from transformers import GenerationConfig
-
-        from tdiff.ar import quiet_transformers
-        from tdiff.device import autocast
+        from tdiff.evaluate import timed_ar_batch
 
         n = new_tokens or self.L
-        gconf = GenerationConfig(max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True,
-                                 bos_token_id=self.bos, eos_token_id=self.eos, pad_token_id=self.pad)
-        prompt = torch.full((batch, 1), self.bos, dtype=torch.long, device=self.device)   # (B, 1)
-        mask = torch.ones_like(prompt)
-        sync(self.device)
-        t0 = time.perf_counter()
-        with torch.inference_mode(), autocast(self.device, dtype), quiet_transformers():
-            out = self.model.generate(prompt, attention_mask=mask, generation_config=gconf)  # (B, 1 + n)
-        out = out.cpu()
-        dt = time.perf_counter() - t0
+        dt, out = timed_ar_batch(self.model, batch, n, self.device, dtype)       # (B, 1 + n)
         if out.shape != (batch, 1 + n):
             raise SystemExit(f"speed_vs_ar: generate returned {tuple(out.shape)}, expected {(batch, 1 + n)}")
         return {"time_s": dt, "tokens": batch * n}
@@ -257,16 +243,13 @@ class Runner:
     def tdiff(self, batch: int, dtype: str, steps: int) -> dict:
         import torch
 
+        from tdiff.evaluate import timed_diffusion_batch
         from tdiff.models.vae import text_lengths
-        from tdiff.sample import SampleOptions, latents_to_ids, sample_latents
+        from tdiff.sample import SampleOptions
 
         opts = SampleOptions(num=batch, batch_size=batch, steps=steps, solver="dpm", dtype=dtype)
         g = torch.Generator(device=self.device).manual_seed(steps)
-        sync(self.device)
-        t0 = time.perf_counter()
-        z = sample_latents(self.bundle, batch, opts, g, self.device)            # (B, N, D)
-        ids = latents_to_ids(self.bundle, z, opts, g).cpu()                     # (B, L)
-        dt = time.perf_counter() - t0
+        dt, ids = timed_diffusion_batch(self.bundle, batch, opts, g, self.device)   # (B, L)
         trimmed = int(text_lengths(ids, self.pad).sum())
         return {"time_s": dt, "tokens": ids.numel(), "tokens_trimmed": trimmed}
 

@@ -325,6 +325,41 @@ def _timing(times, positions_per_run, generated) -> dict:
             "latency_p50_s": lat["p50"], "latency_p95_s": lat["p95"], "latency_mean_s": lat["mean"]}
 
 
+def timed_diffusion_batch(bundle, batch_size: int, opts, generator, device):
+    """(seconds, ids (B, L) on the CPU) of one batch through the sampling path of `tdiff sample`:
+    noise → solver → VAE decoder → token ids. The clock includes the copy to the CPU."""
+    from tdiff.sample import latents_to_ids, sample_latents
+
+    _sync(device)
+    t0 = time.perf_counter()
+    z = sample_latents(bundle, batch_size, opts, generator, device)            # (B, N, D)
+    ids = latents_to_ids(bundle, z, opts, generator).cpu()                     # (B, L)
+    _sync(device)
+    return time.perf_counter() - t0, ids
+
+
+def timed_ar_batch(model, batch_size: int, length: int, device, dtype: str = "fp32"):
+    """(seconds, ids (B, 1 + LENGTH) on the CPU) of one batched `generate` from [bos]: greedy, KV cache,
+    exactly LENGTH new tokens (min_new_tokens = max_new_tokens), inference mode, DTYPE autocast."""
+    import torch
+    from transformers import GenerationConfig
+
+    from tdiff.ar import quiet_transformers
+    from tdiff.device import autocast
+
+    c = model.config
+    gconf = GenerationConfig(max_new_tokens=length, min_new_tokens=length, use_cache=True, do_sample=False,
+                             bos_token_id=c.bos_token_id, eos_token_id=c.eos_token_id, pad_token_id=c.pad_token_id)
+    prompt = torch.full((batch_size, 1), c.bos_token_id, dtype=torch.long, device=device)   # (B, 1)
+    _sync(device)
+    t0 = time.perf_counter()
+    with torch.inference_mode(), autocast(device, dtype), quiet_transformers():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), generation_config=gconf)
+    out = out.cpu()                                                            # (B, 1 + length)
+    _sync(device)
+    return time.perf_counter() - t0, out
+
+
 def speed_diffusion(bundle, device, steps: int = 12, solver: str = "dpm", batch_size: int = 1,
                     repeats: int = 5, warmup: int = 1, seed: int = 0, dtype: str = "fp32") -> dict:
     """Time WARMUP untimed then REPEATS timed batches of BATCH_SIZE samples (noise → latents → ids).
@@ -334,7 +369,7 @@ def speed_diffusion(bundle, device, steps: int = 12, solver: str = "dpm", batch_
     """
     import torch
 
-    from tdiff.sample import SampleOptions, check_options, latents_to_ids, sample_latents, trim_ids
+    from tdiff.sample import SampleOptions, check_options, trim_ids
 
     _check_speed(batch_size, repeats, warmup)
     opts = SampleOptions(num=batch_size, batch_size=batch_size, steps=steps, solver=solver, seed=seed, dtype=dtype)
@@ -343,12 +378,7 @@ def speed_diffusion(bundle, device, steps: int = 12, solver: str = "dpm", batch_
     times, generated = [], 0
     for r in range(warmup + repeats):
         g = torch.Generator(device=device).manual_seed(seed * 1_000_003 + r)
-        _sync(device)
-        t0 = time.perf_counter()
-        z = sample_latents(bundle, batch_size, opts, g, device)
-        ids = latents_to_ids(bundle, z, opts, g).cpu()
-        _sync(device)
-        dt = time.perf_counter() - t0
+        dt, ids = timed_diffusion_batch(bundle, batch_size, opts, g, device)
         if r >= warmup:
             times.append(dt)
             generated += sum(len(trim_ids(row, bundle.tokenizer)) for row in ids.tolist())
@@ -363,10 +393,6 @@ def speed_ar(model, tok, device, length: int = 128, batch_size: int = 1, repeats
     """Time transformers `generate` (KV cache, greedy) producing exactly LENGTH new tokens per sequence
     (min_new_tokens = max_new_tokens) from [bos], WARMUP untimed then REPEATS timed batches."""
     import torch
-    from transformers import GenerationConfig
-
-    from tdiff.ar import quiet_transformers
-    from tdiff.device import autocast
 
     _check_speed(batch_size, repeats, warmup)
     limit = model.config.n_positions - 1
@@ -374,20 +400,11 @@ def speed_ar(model, tok, device, length: int = 128, batch_size: int = 1, repeats
         length = min(128, limit)
     if length > limit:
         raise UsageError(f"--length {length}: at most {limit} new tokens fit this model's {limit + 1} positions")
-    c = model.config
-    gconf = GenerationConfig(max_new_tokens=length, min_new_tokens=length, use_cache=True, do_sample=False,
-                             bos_token_id=c.bos_token_id, eos_token_id=c.eos_token_id, pad_token_id=c.pad_token_id)
-    prompt = torch.full((batch_size, 1), c.bos_token_id, dtype=torch.long, device=device)
     times, generated = [], 0
     model.eval()
     for r in range(warmup + repeats):
         torch.manual_seed(seed * 1_000_003 + r)
-        _sync(device)
-        t0 = time.perf_counter()
-        with torch.inference_mode(), autocast(device, dtype), quiet_transformers():
-            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), generation_config=gconf)
-        _sync(device)
-        dt = time.perf_counter() - t0
+        dt, out = timed_ar_batch(model, batch_size, length, device, dtype)
         if r >= warmup:
             times.append(dt)
             generated += int(out.shape[0] * (out.shape[1] - 1))
