@@ -9,7 +9,7 @@
   default options and with --dedup.
 
 Corpora come from $SHARED/data (default: ../shared relative to the repo root).
-Targets (SPEC §2, issue): >= 5 MB/s on songci/tangshi, peak RSS < 300 MB.
+Targets: >= 5 MB/s on songci/tangshi, peak RSS < 300 MB.
 Usage: python bench/clean_throughput.py
 """
 

@@ -7,11 +7,12 @@ Runs bench/prepare_songci.sh first when its models are missing (train or reuse),
   samples (dpm 12 steps, ddpm 200 steps, and dpm at 4/8/12/25/50 steps for the
   quality-vs-steps table): judge perplexity (GPT-2 judge from `tdiff train-ar`, texts
   re-tokenized with its tokenizer), q = ln(PPL/PPL_real) / ln(PPL_shuffled/PPL_real)
-  (SPEC §4), character unigram entropy, KL(held-out ‖ set) of character unigrams,
-  mean length in characters, distinct-2 and repetition over characters, share with
-  U+FFFD, and memorization: longest substring shared with any one training text
-  (suffix-array index) and the share of character 4-grams found in the training text.
-- the bars of SPEC §4: PPL ratio ≤ 2, entropy within 10%, q ≤ 0.5, length within 10%.
+  (0 = reads like real text, 1 = like shuffled characters), character unigram entropy,
+  KL(held-out ‖ set) of character unigrams, mean length in characters, distinct-2 and
+  repetition over characters, share with U+FFFD, and memorization: longest substring
+  shared with any one training text (suffix-array index, bench/text_stats.py) and the
+  share of character 4-grams found in the training text.
+- the quality bars: PPL ratio ≤ 2, entropy within 10%, q ≤ 0.5, length within 10%.
 
 Reference rows that calibrate the character KL: the shuffled held-out text has the same
 unigram counts as the real held-out texts (the same KL by construction: unigram KL cannot
@@ -55,7 +56,9 @@ class Scorer:
     """Everything measured on one set of texts, against held-out text, training text and a judge."""
 
     def __init__(self, judge, judge_tok, held: list[str], train: list[str], dtype: str):
-        from tdiff.metrics import NgramSet, SubstringIndex
+        from text_stats import SubstringIndex  # bench/text_stats.py (the script's folder is on sys.path)
+
+        from tdiff.metrics import NgramSet
 
         self.judge, self.judge_tok, self.held, self.dtype = judge, judge_tok, held, dtype
         t0 = time.perf_counter()
@@ -71,15 +74,17 @@ class Scorer:
         return ppl(nll, n)
 
     def score(self, texts: list[str]) -> dict:
+        from text_stats import char_unigram_kl, max_lcs_stats
+
         from tdiff import metrics as M
 
         chars = [list(t) for t in texts]
-        lcs = M.max_lcs_stats(texts, self.index) if texts else {"mean": 0.0, "max": 0.0, "p50": 0.0}
+        lcs = max_lcs_stats(texts, self.index) if texts else {"mean": 0.0, "max": 0.0, "p50": 0.0}
         return {
             "n": len(texts),
             "judge_ppl": round(self.judge_ppl(texts), 3),
             "char_entropy": round(M.unigram_entropy(chars), 4),
-            "char_kl_vs_heldout": round(M.char_unigram_kl(texts, self.held), 4),
+            "char_kl_vs_heldout": round(char_unigram_kl(texts, self.held), 4),
             "mean_chars": round(sum(map(len, texts)) / max(1, len(texts)), 2),
             "distinct_2": round(M.distinct_n(chars, 2), 4),
             "repetition_2": round(M.repetition_rate(chars, 2), 4),
@@ -124,7 +129,7 @@ def main() -> None:
     from tdiff.ar import generate_ar, load_ar
     from tdiff.bundle import load_bundle
     from tdiff.metrics import q_position, shuffle_chars
-    from tdiff.training.train_vae import reconstruction_metrics
+    from tdiff.latents import reconstruction_metrics
 
     result: dict = {"corpus": "songci.txt (every 50th poem held out; chunks of at most 64 chars)",
                     "num_samples": args.num, "seed": args.seed, "threads": args.threads}

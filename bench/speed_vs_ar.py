@@ -126,7 +126,8 @@ def corpus_lines(limit: int) -> tuple[list[str], str]:
 
 def get_tokenizer(vocab: int, lines_limit: int):
     """A SentencePiece tokenizer trained by tdiff on a corpus sample; cached between runs."""
-    from tdiff.text.tokenizer import Tokenizer, train
+    from tdiff.text.tokenizer import Tokenizer
+    from tdiff.text.tokenizer_train import train
 
     path = CACHE / f"speed_vs_ar_tok{vocab}_{lines_limit}.model"
     if path.is_file():
@@ -241,14 +242,13 @@ class Runner:
         return {"time_s": dt, "tokens": batch * n}
 
     def tdiff(self, batch: int, dtype: str, steps: int) -> dict:
-        import torch
-
         from tdiff.evaluate import timed_diffusion_batch
         from tdiff.models.vae import text_lengths
         from tdiff.sample import SampleOptions
+        from tdiff.seeds import generator
 
         opts = SampleOptions(num=batch, batch_size=batch, steps=steps, solver="dpm", dtype=dtype)
-        g = torch.Generator(device=self.device).manual_seed(steps)
+        g = generator(0, steps, "sample", self.device)
         dt, ids = timed_diffusion_batch(self.bundle, batch, opts, g, self.device)   # (B, L)
         trimmed = int(text_lengths(ids, self.pad).sum())
         return {"time_s": dt, "tokens": ids.numel(), "tokens_trimmed": trimmed}

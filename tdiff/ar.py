@@ -1,4 +1,4 @@
-"""The autoregressive baseline and perplexity judge (SPEC §2 train-ar, eval).
+"""The autoregressive baseline and perplexity judge.
 
 A GPT-2 causal LM from `transformers` over tdiff's SentencePiece vocabulary,
 stored as a standard transformers directory so any transformers code loads it
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from tdiff.errors import DataError, NoInputError, UsageError
+from tdiff.seeds import derive_seed
 
 FORMAT = 1
 KIND = "ar"
@@ -33,7 +33,7 @@ META_FILE = "tdiff.json"
 TOKENIZER_FILE = "tok.model"
 MAX_POSITIONS = 1024
 
-# (n_layer, n_embd, n_head). base is the 6×512 GPT-2 of SPEC §6: ~23M parameters with an 8k vocabulary
+# (n_layer, n_embd, n_head). base is a 6×512 GPT-2: ~23M parameters with an 8k vocabulary
 # (19M in the blocks, 4M in the tied token embedding).
 PRESETS = {
     "tiny": {"n_layer": 4, "n_embd": 256, "n_head": 4},
@@ -176,15 +176,14 @@ def _model_device(model, device):
 def generate_ar(model, tok, num: int, batch_size: int = 16, max_new_tokens: int = 0, temperature: float = 1.0,
                 top_k: int = 0, top_p: float = 1.0, seed: int = 0, device=None,
                 dtype: str = "fp32") -> Iterator[dict]:
-    """Yield NUM records {"text", "ids", "index", "seed", "time_s"} sampled from [bos].
+    """Yield NUM records {"text", "ids", "index", "seed"} sampled from [bos].
 
     `model.generate` with the KV cache; every sequence in a batch starts from the same
     one-token prompt, so there is no left padding. Greedy at temperature 0, else sampling
     with temperature, top-k (0: off) and top-p (1: off). Generation stops at eos (cut off,
     with anything after it) or after MAX_NEW_TOKENS (0: as many as the positions allow).
-    unk, bos and pad are never generated. Batch k is seeded with (seed, k): the same seed,
-    batch size, device and dtype give the same records. time_s is the batch's wall time
-    divided by its size.
+    unk, bos and pad are never generated. Batch k is seeded with derive_seed(seed, k): the
+    same seed, batch size, device and dtype give the same records.
     """
     import torch
 
@@ -216,19 +215,16 @@ def generate_ar(model, tok, num: int, batch_size: int = 16, max_new_tokens: int 
     while done < num:
         b = min(batch_size, num - done)
         prompt = torch.full((b, 1), bos, dtype=torch.long, device=device)       # (B, 1)
-        t0 = time.perf_counter()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(seed * 1_000_003 + k)
+            torch.manual_seed(derive_seed(seed, k))
             with torch.inference_mode(), autocast(device, dtype), quiet_transformers():
                 out = model.generate(prompt, attention_mask=torch.ones_like(prompt), generation_config=gconf)
         rows = out[:, 1:].cpu().tolist()                                        # (B, ≤ max_new_tokens)
-        dt = time.perf_counter() - t0
         for i, row in enumerate(rows):
             if eos in row:
                 row = row[:row.index(eos)]
             ids = [int(t) for t in row if t not in specials]
-            yield {"text": tok.decode(ids), "ids": ids, "index": done + i, "seed": seed,
-                   "time_s": round(dt / b, 5)}
+            yield {"text": tok.decode(ids), "ids": ids, "index": done + i, "seed": seed}
         done += b
         k += 1
 
@@ -239,9 +235,9 @@ def generate_ar(model, tok, num: int, batch_size: int = 16, max_new_tokens: int 
 def _score_rows(model, rows, device, batch_size: int, dtype: str) -> tuple[float, int]:
     """Summed NLL (nats, float64) and count of the tokens after the first of each row."""
     import torch
-    import torch.nn.functional as F
 
     from tdiff.device import autocast
+    from tdiff.metrics import perplexity_from_logits
 
     pad = model.config.pad_token_id
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))          # similar lengths share a batch
@@ -260,10 +256,9 @@ def _score_rows(model, rows, device, batch_size: int, dtype: str) -> tuple[float
             with autocast(device, dtype):
                 logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits   # (B, L, V)
             target = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)                         # (B, L-1)
-            loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), target.reshape(-1),
-                                   ignore_index=-100, reduction="sum")
-            nll += float(loss.double())
-            count += int((target != -100).sum())
+            batch_nll, batch_count = perplexity_from_logits(logits[:, :-1], target, ignore_index=-100)
+            nll += batch_nll
+            count += batch_count
     return nll, count
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tdiff.errors import DataError
-from tdiff.training import checkpoints as ck
+from tdiff import artifacts
 
 MODEL_KINDS = ("model", "student")
 
@@ -20,7 +20,7 @@ def load_vae(path, device="cpu"):
     """(TextVAE in eval mode, Tokenizer, Artifact) from a `vae` or `model` artifact."""
     from tdiff.models.vae import TextVAE, VAEConfig
 
-    art = ck.load_artifact(path, expect=("vae",) + MODEL_KINDS, device="cpu")
+    art = artifacts.load_artifact(path, expect=("vae",) + MODEL_KINDS, device="cpu")
     if "vae" not in art.config:
         raise DataError(f"{path}: holds no VAE configuration")
     try:
@@ -28,7 +28,16 @@ def load_vae(path, device="cpu"):
     except ValueError as e:
         raise DataError(f"{path}: {e}") from None
     _load_state(vae, art.sub("vae"), path, "VAE")
-    return vae.to(device).eval(), art.load_tokenizer(), art
+    return vae.to(device).eval(), load_tokenizer(art), art
+
+
+def load_tokenizer(art):
+    """The Tokenizer stored inside artifact ART."""
+    from tdiff.text.tokenizer import Tokenizer
+
+    if art.tokenizer is None:
+        raise DataError(f"{art.path}: holds no tokenizer")
+    return Tokenizer.from_bytes(art.tokenizer, art.tokenizer_meta)
 
 
 def _load_state(module, state, path, what):

@@ -1,4 +1,4 @@
-"""The `tdiff` command: a thin Typer layer over the library (SPEC §1).
+"""The `tdiff` command: a thin Typer layer over the library.
 
 Each subcommand lives in tdiff/commands/<name>.py and is registered here.
 `main()` turns user errors into one line on stderr and a documented exit code,

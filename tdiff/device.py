@@ -2,16 +2,17 @@
 
 `--device auto|cpu|cuda|cuda:N` (auto = CUDA when available) and
 `--dtype fp32|bf16|fp16`. Mixed precision is autocast: weights stay fp32 for
-training; inference may cast weights (see export).
+training and sampling.
 """
 
 from __future__ import annotations
 
 import contextlib
 
+from tdiff.choices import DTYPES
 from tdiff.errors import UsageError
 
-DTYPES = ("fp32", "bf16", "fp16")
+__all__ = ["DTYPES", "autocast", "resolve_device", "seed_everything", "torch_dtype"]
 
 
 def resolve_device(name: str):

@@ -1,6 +1,6 @@
 """Errors that reach the user as one line and a documented exit code.
 
-Exit codes (SPEC §1, sysexits-style):
+Exit codes (sysexits-style, documented in man/tdiff.1):
   0 success, 1 anything else, 2 usage error, 65 bad input data (EX_DATAERR),
   66 input file missing (EX_NOINPUT).
 """

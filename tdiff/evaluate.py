@@ -1,4 +1,4 @@
-"""Evaluation (SPEC §2 eval, §4): one function per mode, each returning a plain dict of metrics.
+"""Evaluation: one function per mode, each returning a plain dict of metrics.
 
 Modes (the command combines any of them into one JSON object, one key per group):
 
@@ -11,7 +11,7 @@ Modes (the command combines any of them into one JSON object, one key per group)
   and the eos after [bos].
 - ``samples``         diversity and length of generated texts (see :func:`sample_metrics` for units).
 - ``judge``           generative perplexity of the samples under a judge causal LM, and with real texts
-  the real and shuffled-character perplexities and q (SPEC §4).
+  the real and shuffled-character perplexities and q (0 reads like real text, 1 like its characters shuffled).
 - ``memorization``    4-gram overlap of the samples with the training data.
 - ``references``      BLEU, ROUGE-L and lengths against references paired in order.
 - ``speed``           tokens/s and per-batch latency percentiles of sampling.
@@ -77,7 +77,7 @@ def read_texts(path, need_text: bool = True, max_records: int = 0, opt: str = "i
 
 def read_heldout_ids(path, vocab_size: int, max_records: int = 0) -> list:
     """Token sequences of an ids JSONL file; ids outside VOCAB_SIZE are a DataError naming the line."""
-    from tdiff.training.data import read_ids
+    from tdiff.data import read_ids
 
     if str(path) != "-" and not Path(path).exists():
         raise NoInputError(f"--data '{path}' does not exist")
@@ -92,7 +92,7 @@ def read_heldout_ids(path, vocab_size: int, max_records: int = 0) -> list:
 def model_kind(path) -> str:
     """'ar' (a train-ar directory), 'model' (VAE + denoiser) or 'vae' for --model PATH."""
     from tdiff.ar import check_ar_dir
-    from tdiff.training.checkpoints import read_metadata
+    from tdiff.artifacts import read_metadata
 
     p = Path(path)
     if not p.exists():
@@ -118,7 +118,7 @@ def model_kind(path) -> str:
 def reconstruction(vae, tok, seqs, device, dtype: str = "fp32") -> dict:
     """{"token_accuracy", "exact_match", "sequences", "truncated"} of the VAE on SEQS."""
     from tdiff.device import autocast
-    from tdiff.training.train_vae import reconstruction_metrics
+    from tdiff.latents import reconstruction_metrics
 
     max_len = vae.config.max_len
     with autocast(device, dtype):
@@ -129,34 +129,25 @@ def reconstruction(vae, tok, seqs, device, dtype: str = "fp32") -> dict:
 
 
 def denoising(bundle, seqs, device, seed: int = 0, t_samples: int = 4, dtype: str = "fp32") -> dict:
-    """Held-out denoising loss: mean over T_SAMPLES passes over SEQS of diffusion_loss's MSE
-    (no conditioning span, no self-conditioning, stratified t), weighted by batch size."""
+    """Held-out denoising loss: the mean over T_SAMPLES passes over SEQS of the per-example loss of
+    tdiff.diffusion.losses (no conditioning span, no self-conditioning, stratified t, fresh noise)."""
     import torch
 
     from tdiff.device import autocast
-    from tdiff.training.train_dit import DiTTrainConfig, diffusion_loss, encode_latents
+    from tdiff.diffusion.losses import mean_denoising_loss
+    from tdiff.latents import encode_latents
+    from tdiff.seeds import generator
 
     if t_samples < 1:
         raise UsageError("--t-samples must be at least 1")
     vae, tok = bundle.vae, bundle.tokenizer
     lat = encode_latents(vae, seqs, vae.config.max_len, tok.pad_id, device, batch_size=SCORE_BATCH)  # (N, Lz, Dz)
     target = bundle.diffusion.get("target", "v")
-    tc = DiTTrainConfig(target=target, self_condition=False, cond_prob=0.0)
-    for p in bundle.schedule.parameters():          # no schedule-learning terms at evaluation
-        p.requires_grad_(False)
-    g = torch.Generator(device=device).manual_seed(seed)
-    total, count, per_pass = 0.0, 0, []
+    g = generator(seed, 0, "eval", device)
     with torch.no_grad(), autocast(device, dtype):
-        for _ in range(t_samples):
-            s, c = 0.0, 0
-            for i in range(0, len(lat), SCORE_BATCH):
-                x0 = lat[i:i + SCORE_BATCH]
-                _, m = diffusion_loss(bundle.dit, bundle.schedule, x0, tc, g)
-                s += m["mse"] * len(x0)
-                c += len(x0)
-            per_pass.append(s / c)
-            total, count = total + s, count + c
-    return {"loss": total / count, "target": target, "t_samples": t_samples, "sequences": len(seqs),
+        per_pass = [mean_denoising_loss(bundle.dit, bundle.schedule, lat, target=target, generator=g,
+                                        batch_size=SCORE_BATCH) for _ in range(t_samples)]
+    return {"loss": sum(per_pass) / len(per_pass), "target": target, "t_samples": t_samples, "sequences": len(seqs),
             "loss_std_over_passes": _std(per_pass)}
 
 
@@ -207,7 +198,7 @@ def sample_metrics(texts, ids=None, tok=None, real_texts=None) -> dict:
     else characters ("units" says which). Self-BLEU uses sacrebleu's "zh" tokenizer (one token per
     CJK character, words otherwise) on the first 200 samples. Lengths are in characters, plus in
     tokens when the records carry ids. With REAL_TEXTS the same diversity numbers of the real texts
-    (same units) and the entropy ratio samples/real are added (SPEC §4: within 10%).
+    (same units) and the entropy ratio samples/real are added (the quality bar: within 10%).
     """
     if not texts:
         raise DataError("no samples to evaluate")
@@ -233,7 +224,7 @@ def judge_metrics(model, tok, texts, real_texts=None, seed: int = 0, device=None
     """Generative perplexity exp(Σ NLL / tokens) of TEXTS under a judge causal LM (re-tokenized with
     the judge's tokenizer; the eos after each text counts). With REAL_TEXTS also their perplexity,
     that of their shuffled-character version (metrics.shuffle_chars with SEED) and
-    q = ln(PPL_samples/PPL_real) / ln(PPL_shuffled/PPL_real) (SPEC §4; None when undefined)."""
+    q = ln(PPL_samples/PPL_real) / ln(PPL_shuffled/PPL_real) (None when undefined)."""
     from tdiff.ar import judge_nll
 
     def score(ts):
@@ -367,9 +358,8 @@ def speed_diffusion(bundle, device, steps: int = 12, solver: str = "dpm", batch_
     tokens/s counts every position of the fixed sequence length (batch × max_len per batch: the work
     done); generated_tokens_per_s counts the tokens left after cutting at the predicted end of text.
     """
-    import torch
-
     from tdiff.sample import SampleOptions, check_options, trim_ids
+    from tdiff.seeds import generator
 
     _check_speed(batch_size, repeats, warmup)
     opts = SampleOptions(num=batch_size, batch_size=batch_size, steps=steps, solver=solver, seed=seed, dtype=dtype)
@@ -377,7 +367,7 @@ def speed_diffusion(bundle, device, steps: int = 12, solver: str = "dpm", batch_
     length = bundle.vae.config.max_len
     times, generated = [], 0
     for r in range(warmup + repeats):
-        g = torch.Generator(device=device).manual_seed(seed * 1_000_003 + r)
+        g = generator(seed, r, "sample", device)
         dt, ids = timed_diffusion_batch(bundle, batch_size, opts, g, device)
         if r >= warmup:
             times.append(dt)
@@ -394,6 +384,8 @@ def speed_ar(model, tok, device, length: int = 128, batch_size: int = 1, repeats
     (min_new_tokens = max_new_tokens) from [bos], WARMUP untimed then REPEATS timed batches."""
     import torch
 
+    from tdiff.seeds import derive_seed
+
     _check_speed(batch_size, repeats, warmup)
     limit = model.config.n_positions - 1
     if length <= 0:
@@ -403,7 +395,7 @@ def speed_ar(model, tok, device, length: int = 128, batch_size: int = 1, repeats
     times, generated = [], 0
     model.eval()
     for r in range(warmup + repeats):
-        torch.manual_seed(seed * 1_000_003 + r)
+        torch.manual_seed(derive_seed(seed, r))
         dt, out = timed_ar_batch(model, batch_size, length, device, dtype)
         if r >= warmup:
             times.append(dt)

@@ -1,4 +1,4 @@
-"""Generate text from a trained model (SPEC §2 sample).
+"""Generate text from a trained model.
 
 noise (B, N, D) ─solver(steps)→ latents ─denormalize→ VAE decoder ─logits→
 tokens (greedy, or temperature/top-k/top-p) ─cut at the first pad→ text.
@@ -6,7 +6,6 @@ tokens (greedy, or temperature/top-k/top-p) ─cut at the first pad→ text.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from tdiff.errors import UsageError
@@ -103,12 +102,13 @@ def latents_to_ids(bundle, z, opts: SampleOptions, generator):
 
 
 def generate(bundle, opts: SampleOptions, device):
-    """Yield OPTS.num records {"text", "ids", "index", "seed", "steps", "solver", "time_s"}.
+    """Yield OPTS.num records {"text", "ids", "index", "seed", "steps", "solver"}.
 
-    Batch k draws its noise from a generator seeded with (seed, k): the same seed,
-    batch size, device and dtype give the same output.
+    Batch k draws its noise from a generator seeded with derive_seed(seed, k): the same
+    seed, batch size, device and dtype give the same records, byte for byte (timing is
+    the caller's to report, on stderr).
     """
-    import torch
+    from tdiff.seeds import generator
 
     check_options(opts)
     tok = bundle.tokenizer
@@ -116,14 +116,12 @@ def generate(bundle, opts: SampleOptions, device):
     k = 0
     while done < opts.num:
         b = min(opts.batch_size, opts.num - done)
-        g = torch.Generator(device=device).manual_seed(opts.seed * 1_000_003 + k)
-        t0 = time.perf_counter()
+        g = generator(opts.seed, k, "sample", device)
         z = sample_latents(bundle, b, opts, g, device)
         ids = latents_to_ids(bundle, z, opts, g).cpu().tolist()
-        dt = time.perf_counter() - t0
         for i, row in enumerate(ids):
             kept = trim_ids(row, tok)
             yield {"text": tok.decode(kept), "ids": kept, "index": done + i, "seed": opts.seed,
-                   "steps": opts.steps, "solver": opts.solver, "time_s": round(dt / b, 5)}
+                   "steps": opts.steps, "solver": opts.solver}
         done += b
         k += 1

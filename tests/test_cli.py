@@ -1,8 +1,10 @@
-"""CLI conventions shared by every subcommand (SPEC §1)."""
+"""CLI conventions shared by every subcommand."""
 
 import subprocess
 import sys
 import time
+
+import pytest
 
 from conftest import ROOT, run_tdiff
 from tdiff.commands.registry import COMMANDS
@@ -42,10 +44,51 @@ def test_python_dash_m_and_console_script_agree():
 
 
 def test_startup_is_fast():
-    """`tdiff --help` must not import torch (SPEC §6: < 0.3 s start-up)."""
+    """`tdiff --help` must not import torch (start-up under 0.3 s)."""
     code = "import sys, tdiff.cli; print('torch' in sys.modules, 'transformers' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=ROOT)
     assert r.stdout.decode().split() == ["False", "False"]
     t = time.perf_counter()
     run_tdiff(["--help"])
     assert time.perf_counter() - t < 2.0  # generous: loaded CI machines
+
+
+def _click_params(name):
+    import typer.main
+
+    from tdiff.cli import app
+
+    cmd = typer.main.get_command(app).commands[name]
+    return {p.name: p for p in cmd.params}
+
+
+@pytest.mark.parametrize("name,lr,batch", [("train-vae", 1e-3, 64), ("train", 5e-4, 64), ("train-ar", 1e-3, 32)])
+def test_training_commands_share_the_loop_options(name, lr, batch):
+    """Every LoopConfig option is an option of every training command, declared once (training/loop.py),
+    with the command's own defaults."""
+    from tdiff.training.loop import option_fields
+
+    params = _click_params(name)
+    for f in option_fields():
+        assert f.name in params, f"{name} lacks {f.metadata['flag']}"
+        assert f.metadata["flag"] in params[f.name].opts
+    for shared in ("input", "preset", "batch_size", "holdout", "device", "dtype", "seed", "log", "checkpoint",
+                   "resume", "quiet", "config", "dump_config"):
+        assert shared in params
+    assert params["lr"].default == lr and params["batch_size"].default == batch
+
+
+def test_training_dump_config_and_ranges(tmp_path):
+    import yaml
+
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("lr: 0.01\nlr-decay: budget\nbatch_size: 8\n")
+    r = run_tdiff(["train", "-o", tmp_path / "m", "--vae", tmp_path / "v", "--config", cfg, "--dump-config"])
+    assert r.returncode == 0, r.stderr.decode()
+    d = yaml.safe_load(r.stdout)
+    assert d["lr"] == 0.01 and d["lr_decay"] == "budget" and d["batch_size"] == 8 and d["target"] == "v"
+    for bad in (["--grad-accum", "0"], ["--lr-decay", "linear"], ["--ema", "1.5"], ["--dtype", "fp8"],
+                ["--preset", "huge"], ["--max-steps", "0"]):
+        r = run_tdiff(["train-vae", "-o", tmp_path / "m", "-t", tmp_path / "t", *bad])
+        assert r.returncode == 2, bad
+        assert bad[0].encode() in r.stderr and b"Traceback" not in r.stderr

@@ -52,8 +52,8 @@ def work(tmp_path_factory):
     from tdiff.diffusion.schedules import make_schedule
     from tdiff.models.dit import DiT, DiTConfig
     from tdiff.models.vae import TextVAE, VAEConfig
-    from tdiff.text.tokenizer import train
-    from tdiff.training import checkpoints as ck
+    from tdiff.text.tokenizer_train import train
+    from tdiff import artifacts as ck
     from tdiff.training.train_ar import write_ar_dir
 
     torch.manual_seed(0)

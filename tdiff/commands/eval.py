@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 
+from tdiff import choices
 from tdiff.commands import common
-from tdiff.commands import training_options as T
 
 MODES_HELP = ("--model with --data (held-out data), --samples (generated texts) or --speed with --model")
 
@@ -34,7 +34,7 @@ def eval_cmd(
         None, "--train", help="Training data JSONL (ids or text): 4-gram overlap of --samples with it."),
     speed: bool = typer.Option(False, "--speed", help="Time sampling with --model (tokens/s, latency p50/p95)."),
     steps: int = typer.Option(12, "--steps", help="--speed: solver steps (diffusion models)."),
-    solver: str = typer.Option("dpm", "--solver", help="--speed: ddpm, ddim or dpm (diffusion models)."),
+    solver: Literal[choices.SOLVERS] = typer.Option("dpm", "--solver", help="--speed: the solver (diffusion models)."),
     batch_size: int = typer.Option(1, "--batch-size", help="--speed: samples per timed batch."),
     length: int = typer.Option(
         0, "--length",
@@ -45,9 +45,9 @@ def eval_cmd(
     t_samples: int = typer.Option(4, "--t-samples",
                                   help="Denoising loss: passes over --data, each with fresh t and noise."),
     output: str = typer.Option("-", "--output", "-o", help="Output JSON file; - for stdout."),
-    device: str = T.device_opt(),
-    dtype: str = T.dtype_opt(),
-    seed: int = T.seed_opt(),
+    device: str = common.device_option(),
+    dtype: Literal[choices.DTYPES] = common.dtype_option(),
+    seed: int = common.seed_option(),
     quiet: bool = common.quiet_option(),
     config: Optional[Path] = common.config_option(),
     dump_config: bool = common.dump_config_option(),
@@ -73,10 +73,6 @@ def eval_cmd(
     if max_records < 0:
         raise UsageError("--max-records must be ≥ 0")
 
-    from tdiff.device import DTYPES
-
-    if dtype not in DTYPES:
-        raise UsageError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     t_start = time.perf_counter()
     result: dict = {}
     for opt, val in (("-m/--model", model), ("--data", data), ("--judge", judge), ("--train", train)):

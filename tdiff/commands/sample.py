@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 
+from tdiff import choices
 from tdiff.commands import common
-from tdiff.commands import training_options as T
 
 
 def sample(
     ctx: typer.Context,
     model: Path = typer.Option(..., "--model", "-m",
-                               help="Model from `tdiff train` (or a distilled student), or a `tdiff train-ar` directory."),
+                               help="Model from `tdiff train`, or a `tdiff train-ar` directory."),
     output: str = typer.Option("-", "--output", "-o", help="Output JSONL; - for stdout."),
     num: int = typer.Option(1, "--num", "-n", help="Number of samples."),
     batch_size: int = typer.Option(16, "--batch-size", help="Samples generated together."),
     steps: int = typer.Option(12, "--steps", help="Solver steps (any N ≥ 1: time is continuous)."),
-    solver: str = typer.Option("dpm", "--solver", help="ddpm (ancestral), ddim, or dpm (DPM-Solver++ 2M)."),
+    solver: Literal[choices.SOLVERS] = typer.Option(
+        "dpm", "--solver", help="dpm (DPM-Solver++ 2M), ddim, or ddpm (ancestral)."),
     eta: float = typer.Option(0.0, "--eta", help="DDIM η (0: deterministic; 1: ancestral-like)."),
     temperature: Optional[float] = typer.Option(
         None, "--temperature",
@@ -28,9 +29,9 @@ def sample(
     top_k: int = typer.Option(0, "--top-k", help="Sample only among the k most likely tokens (0: off)."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (1: off)."),
     no_ema: bool = typer.Option(False, "--no-ema", help="Use the raw weights instead of the EMA weights."),
-    device: str = T.device_opt(),
-    dtype: str = T.dtype_opt(),
-    seed: int = T.seed_opt(),
+    device: str = common.device_option(),
+    dtype: Literal[choices.DTYPES] = common.dtype_option(),
+    seed: int = common.seed_option(),
     quiet: bool = common.quiet_option(),
     config: Optional[Path] = common.config_option(),
     dump_config: bool = common.dump_config_option(),

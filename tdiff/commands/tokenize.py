@@ -92,7 +92,8 @@ def tokenize(
     model_type = model_type.value
     pretokenize = pretokenize.value if pretokenize is not None else None
     from tdiff.io import display_name, is_std, open_output
-    from tdiff.text.tokenizer import Tokenizer, meta_path
+    from tdiff.text.tokenizer import Tokenizer
+    from tdiff.text.tokenizer_files import meta_path
 
     if model is None:
         raise UsageError("--model is required: the SentencePiece model to use, or to train first when the file "
@@ -207,7 +208,7 @@ def _text_of(rec: dict, n: int, name: str) -> str:
 
 def _train_on_input(input, copy_to, name, model, *, train_sample, seed, jobs, verbose, **opts):
     """Reservoir-sample the input's texts (copying stdin to COPY_TO on the way) and train MODEL."""
-    from tdiff.text.tokenizer import reservoir_sample, train
+    from tdiff.text.tokenizer_train import reservoir_sample, train
 
     src = _open_source(input)
     copy = open(copy_to, "wb") if copy_to else None
@@ -261,7 +262,8 @@ _state: dict = {}
 
 def _init_worker(model_bytes: bytes, meta: dict, name: str, decode: bool, keep_text: bool, threads: int,
                  quiet: bool = True) -> None:
-    from tdiff.text.tokenizer import Tokenizer, init_jieba
+    from tdiff.text.pretokenize import init_jieba
+    from tdiff.text.tokenizer import Tokenizer
 
     tok = Tokenizer.from_bytes(model_bytes, meta, num_threads=threads)
     if tok.pretokenize == "jieba" and not decode:
@@ -285,7 +287,6 @@ def _work(chunk: tuple[int, list[bytes]]) -> tuple[str, int, int, int]:
     out: list[str] = []
     n_chars = n_ids = 0
     if _state["decode"]:
-        table = tok._byte_table()
         for rec, n in zip(recs, nums):
             if "ids" not in rec:
                 hint = " (these are text records: drop --decode)" if "text" in rec else ""
@@ -294,7 +295,7 @@ def _work(chunk: tuple[int, list[bytes]]) -> tuple[str, int, int, int]:
             problem = tok.check_ids(ids)
             if problem:
                 raise DataError(f"{name}:{n}: {problem}")
-            text = b"".join([table[i] for i in ids]).decode("utf-8", errors="ignore")
+            text = tok.decode_bytes(ids).decode("utf-8", errors="ignore")  # ids are checked just above
             n_chars += len(text)
             n_ids += len(ids)
             o = {}
@@ -341,7 +342,7 @@ def _run(source, name: str, out: IO[str], tok, *, decode: bool, keep_text: bool,
             for chunk in _chunks(source):
                 emit(_work(chunk))
             return stats
-        from tdiff.text.tokenizer import init_jieba, pool_context
+        from tdiff.text.pretokenize import init_jieba, pool_context
 
         if tok.pretokenize == "jieba" and not decode and pool_context().get_start_method() == "fork":
             init_jieba()  # once here; forked workers inherit the loaded dictionary

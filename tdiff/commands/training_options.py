@@ -1,108 +1,134 @@
-"""Options shared by the training commands (train-vae, train, train-ar), each defined once."""
+"""The options every training command shares (train-vae, train, train-ar), declared once.
+
+`@training_command(lr=5e-4, ...)` adds them to a command: the input, the size preset,
+batch size and held-out share, every loop option of `LoopConfig` (built from the
+dataclass's fields and their metadata: tdiff/training/loop.py), device, dtype and seed,
+the metrics log, the checkpoint and `--resume`, and the common `--quiet`, `--config`
+and `--dump-config`. Keyword arguments give a command its own defaults. The command
+function declares only its own options plus a keyword-only `run: TrainingRun`, which
+the decorator fills in.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 
-
-def input_opt():
-    return typer.Option("-", "--input", "-i", help="Token ids JSONL ({\"ids\": [...]}) from `tdiff tokenize`; - for stdin.")
-
-
-def preset_opt(default="tiny"):
-    return typer.Option(default, "--preset", help="Size preset: tiny (minutes on a CPU), small, base.")
+from tdiff import choices
+from tdiff.commands import common
+from tdiff.training.loop import LoopConfig, option_fields
 
 
-def lr_opt(default: float):
-    return typer.Option(default, "--lr", help="Peak learning rate (AdamW).")
+@dataclass
+class TrainingRun:
+    """The shared options of one training command, parsed."""
+
+    input: str
+    preset: str
+    batch_size: int
+    holdout: float
+    loop: LoopConfig
+    device: str
+    log: Optional[Path]
+    checkpoint: Optional[Path]
+    resume: bool
+
+    def checkpoint_for(self, output: Path) -> Path:
+        """--checkpoint, or OUTPUT with suffix .ckpt.safetensors beside it."""
+        if self.checkpoint is not None:
+            return self.checkpoint
+        name = output.name[: -len(".safetensors")] if output.name.endswith(".safetensors") else output.name
+        return output.with_name(name + ".ckpt.safetensors")
 
 
-def batch_size_opt(default: int):
-    return typer.Option(default, "--batch-size", help="Sequences per micro-batch.")
+def _head_options(d: dict) -> list:
+    """(name, annotation, typer.Option) of the options that come first in --help."""
+    return [("input", str, typer.Option(
+        d.get("input", "-"), "--input", "-i",
+        help="Token ids JSONL ({\"ids\": [...]}) from `tdiff tokenize`; - for stdin."))]
 
 
-def grad_accum_opt():
-    return typer.Option(1, "--grad-accum", help="Micro-batches accumulated per optimizer step.")
+def _shared_options(d: dict) -> list:
+    """(name, annotation, typer.Option) of the shared options after a command's own, in --help order."""
+    out = [
+        ("preset", Literal[choices.PRESETS], typer.Option(
+            d.get("preset", "tiny"), "--preset", help="Size preset: tiny (minutes on a CPU), small, base.")),
+        ("batch_size", int, typer.Option(d.get("batch_size", 64), "--batch-size", min=1,
+                                         help="Sequences per micro-batch.")),
+    ]
+    for f in option_fields():
+        m = f.metadata
+        ann = Literal[m["choices"]] if "choices" in m else f.type
+        ann = {"float": float, "int": int, "str": str}.get(ann, ann) if isinstance(ann, str) else ann
+        out.append((f.name, ann, typer.Option(d.get(f.name, f.default), m["flag"], help=m["help"],
+                                              min=m.get("min"), max=m.get("max"))))
+    out += [
+        ("holdout", float, typer.Option(
+            d.get("holdout", 0.02), "--holdout", min=0.0, max=0.9,
+            help="Fraction of records held out for evaluation (chosen by a hash of each record, the same in "
+                 "every command).")),
+        ("device", str, common.device_option()),
+        ("dtype", Literal[choices.DTYPES], common.dtype_option()),
+        ("seed", int, common.seed_option()),
+        ("log", Optional[Path], typer.Option(
+            None, "--log", help="Append metrics as JSONL to this file (step, loss, lr, grad_norm, tokens_per_s).")),
+        ("checkpoint", Optional[Path], typer.Option(
+            None, "--checkpoint", help="Training checkpoint file (default: OUTPUT with suffix .ckpt.safetensors); "
+                                       "written atomically every --ckpt-every steps and at the end.")),
+        ("resume", bool, typer.Option(False, "--resume", help="Continue from the training checkpoint if it exists.")),
+        ("quiet", bool, common.quiet_option()),
+        ("config", Optional[Path], common.config_option()),
+        ("dump_config", bool, common.dump_config_option()),
+    ]
+    return out
 
 
-def warmup_opt(default: int = 100):
-    return typer.Option(default, "--warmup", help="Learning-rate warm-up steps (then cosine decay).")
+_LOOP_NAMES = [f.name for f in option_fields()]
 
 
-def max_steps_opt(default: int):
-    return typer.Option(default, "--max-steps", help="Stop after this many optimizer steps.")
+def training_command(**defaults):
+    """Decorator: give a training command the shared options (module docstring).
 
+    The decorated function has the signature ``(ctx, <own options>, *, run: TrainingRun)``.
+    """
+    def wrap(func):
+        hints = typing.get_type_hints(func)
+        own = [p.replace(annotation=hints.get(p.name, p.annotation))
+               for p in inspect.signature(func).parameters.values() if p.name != "run"]
+        if own[0].name != "ctx":
+            raise TypeError(f"{func.__name__}: the first parameter must be ctx: typer.Context")
+        head = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o, annotation=a)
+                for n, a, o in _head_options(defaults)]
+        tail = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o, annotation=a)
+                for n, a, o in _shared_options(defaults)]
+        shared = {p.name for p in head + tail}
+        clash = shared & {p.name for p in own}
+        if clash:
+            raise TypeError(f"{func.__name__}: declares shared training options itself: {', '.join(sorted(clash))}")
+        params = [own[0], *head, *own[1:], *tail]
 
-def max_minutes_opt():
-    return typer.Option(0.0, "--max-minutes", help="Stop after this many minutes (0: no limit); whichever of "
-                        "--max-steps and --max-minutes comes first ends training with a final checkpoint.")
+        @functools.wraps(func)
+        def wrapper(ctx, **kw):
+            loop = LoopConfig(**{n: kw.pop(n) for n in _LOOP_NAMES}, dtype=kw["dtype"], seed=kw["seed"])
+            run = TrainingRun(input=kw.pop("input"), preset=kw.pop("preset"), batch_size=kw.pop("batch_size"),
+                              holdout=kw.pop("holdout"), loop=loop, device=kw.pop("device"), log=kw.pop("log"),
+                              checkpoint=kw.pop("checkpoint"), resume=kw.pop("resume"))
+            for n in ("dtype", "seed", "quiet", "config", "dump_config"):
+                kw.pop(n)
+            return func(ctx, run=run, **kw)
 
+        wrapper.__signature__ = inspect.Signature(params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        del wrapper.__wrapped__          # typer must see the new signature, not the function's own
+        return wrapper
 
-def lr_decay_opt():
-    return typer.Option("steps", "--lr-decay", help="What the cosine decay runs over: steps (--max-steps only; "
-                        "one schedule over many resumed runs, e.g. nightly cron jobs) or budget (whichever of "
-                        "--max-steps and --max-minutes ends first; a resumed run finishes the decay in its own "
-                        "--max-minutes).")
-
-
-def clip_opt():
-    return typer.Option(1.0, "--clip", help="Gradient-norm clipping threshold (0: off).")
-
-
-def weight_decay_opt():
-    return typer.Option(0.01, "--weight-decay", help="AdamW weight decay (not applied to biases and norms).")
-
-
-def ema_opt(default: float = 0.999):
-    return typer.Option(default, "--ema", help="EMA decay of the saved weights (0: no EMA).")
-
-
-def holdout_opt():
-    return typer.Option(0.02, "--holdout", help="Fraction of records held out for evaluation "
-                        "(chosen by a hash of each record, the same in every command).")
-
-
-def device_opt():
-    return typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N (auto: CUDA when available).")
-
-
-def dtype_opt(default: str = "fp32"):
-    return typer.Option(default, "--dtype", help="fp32, bf16 or fp16 (autocast; fp16 on CUDA only).")
-
-
-def seed_opt():
-    return typer.Option(0, "--seed", help="Random seed (same seed, device and dtype: same result).")
-
-
-def log_opt():
-    return typer.Option(None, "--log", help="Append metrics as JSONL to this file (step, loss, lr, grad_norm, tokens_per_s).")
-
-
-def log_every_opt():
-    return typer.Option(50, "--log-every", help="Log metrics every N steps.")
-
-
-def checkpoint_opt():
-    return typer.Option(None, "--checkpoint", help="Training checkpoint file (default: OUTPUT with suffix "
-                        ".ckpt.safetensors); written atomically every --ckpt-every steps and at the end.")
-
-
-def ckpt_every_opt():
-    return typer.Option(500, "--ckpt-every", help="Write the training checkpoint every N steps (0: only at the end).")
-
-
-def resume_opt():
-    return typer.Option(False, "--resume", help="Continue from the training checkpoint if it exists.")
-
-
-def default_checkpoint(output: Path, checkpoint: Optional[Path]) -> Path:
-    if checkpoint is not None:
-        return checkpoint
-    name = output.name[: -len(".safetensors")] if output.name.endswith(".safetensors") else output.name
-    return output.with_name(name + ".ckpt.safetensors")
+    return wrap
 
 
 def log_summary(summary: dict) -> None:

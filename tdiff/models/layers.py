@@ -72,9 +72,9 @@ class Attention(nn.Module):
     """Bidirectional multi-head self-attention with rotary q/k and SDPA (Vaswani et al. 2017).
 
     On CPU the attention itself runs in float32 even under bf16/fp16 autocast: PyTorch's CPU
-    SDPA kernels have no fast reduced-precision path (measured, torch 2.13, 1 thread,
-    (64, 4, 128, 32): fwd+bwd 35 ms fp32 vs 80 ms bf16 flash / 44 ms bf16 math; forward equal),
-    and q, k leave the rotary rotation in float32 anyway. On CUDA it runs in the autocast dtype.
+    SDPA kernels have no fast reduced-precision path (figures in docs/NOTES.md, "Design
+    measurements"), and q, k leave the rotary rotation in float32 anyway. On CUDA it runs in the
+    autocast dtype.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = False):

@@ -1,4 +1,4 @@
-"""Text VAE: token sequences <-> sequences of continuous Gaussian latents (SPEC §2 train-vae).
+"""Text VAE: token sequences <-> sequences of continuous Gaussian latents.
 
 A variational auto-encoder (Kingma & Welling 2014, "Auto-Encoding Variational Bayes") whose
 latent is a *sequence* of small vectors, one per `latent_stride` tokens, the space in which the
@@ -14,7 +14,7 @@ Design choices (each one matters for the diffusion model that lives in this late
   positions, pads included: the pads say where the text ends, and the latents at pad positions
   are part of the text's representation. The decoder is non-autoregressive and predicts the pad
   token explicitly, so a latent sequence decodes to a text of its own length: decoded length =
-  position of the first pad (`text_lengths`). This is what lets samples stop (SPEC §4).
+  position of the first pad (`text_lengths`). This is what lets samples stop.
 - Reconstruction loss: cross-entropy over all positions. Text tokens and the first pad (the
   end-of-text decision) get weight 1; the trailing pads after it, which are trivially easy and
   never read when decoding, get `pad_weight` (1.0 = plain mean over positions).
@@ -24,8 +24,7 @@ Design choices (each one matters for the diffusion model that lives in this late
   come from the trainer.
 - The posterior log-variance starts at `logvar_init` = -8 (σ ≈ 0.02), below the initial spread
   of the means (≈ 0.2): with σ = 1 at init the latents are pure noise, the decoder learns to ignore
-  them and training sits on a unigram plateau; measured on a 64×32 random-token batch, tiny
-  preset, 20 warm-up steps: 98% accuracy after 20 steps instead of 17%.
+  them and training sits on a unigram plateau (figures in docs/NOTES.md, "Design measurements").
 - Robust decoder: the denoiser's x0 estimate is never exact, so during training the decoder sees
   z + N(0, (latent_noise · s)^2), s the per-dimension std of the batch's posterior means (the data
   scale of each latent channel). With latent_noise = 0.1 this is noise at 10% of the data spread,

@@ -1,4 +1,4 @@
-"""Text cleaning for `tdiff clean` (SPEC §2): normalize, split, filter, de-duplicate.
+"""Text cleaning for `tdiff clean`: normalize, split, filter, de-duplicate.
 
 The pipeline for one input text (a line, a paragraph or a JSONL field):
 

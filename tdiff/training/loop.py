@@ -1,9 +1,19 @@
 """The training loop shared by train-vae, train and train-ar.
 
 AdamW (no weight decay on biases and norms), linear warm-up then cosine decay,
-gradient clipping, gradient accumulation, EMA weights, bf16/fp16 autocast,
-a time and/or step budget, NaN-step skipping, a metrics JSONL log, and
-periodic atomic checkpoints that `--resume` continues from exactly.
+gradient clipping (per parameter group), gradient accumulation, EMA weights,
+bf16/fp16 autocast, a time and/or step budget, NaN-step skipping, a metrics
+JSONL log, and periodic atomic checkpoints that `--resume` continues from exactly.
+
+`LoopConfig` is the one declaration of the loop's options: each field that users
+set carries its command-line flag, help text and valid range in its metadata, and
+the command layer builds the options of every training command from it
+(tdiff/commands/training_options.py). A new loop option is one field here (and a
+line in the man pages).
+
+`Trainer.run` is three reusable pieces in a loop: `train_step` (one optimizer step:
+forward/backward over the micro-batches, clipping, the update, EMA), `log_step`
+(the metrics record) and `maybe_checkpoint`.
 """
 
 from __future__ import annotations
@@ -12,34 +22,54 @@ import json
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from tdiff import log
+from tdiff import artifacts, log
+from tdiff.choices import LR_DECAYS
 from tdiff.errors import DataError, TdiffError, UsageError
 from tdiff.training import checkpoints as ck
 
 
-LR_DECAYS = ("budget", "steps")
+def _opt(flag: str, help: str, **limits) -> dict:
+    """Field metadata that makes a LoopConfig field a command-line option (limits: min, max)."""
+    return {"flag": flag, "help": help, **limits}
 
 
 @dataclass
 class LoopConfig:
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    warmup_steps: int = 100
-    max_steps: int = 1000
-    max_minutes: float = 0.0        # 0: no time budget
-    lr_decay: str = "steps"         # cosine decay over: "steps" (--max-steps) | "budget" (steps or time, first to end)
-    grad_accum: int = 1
-    clip: float = 1.0
-    ema_decay: float = 0.999        # 0: no EMA
-    min_lr_ratio: float = 0.1
-    dtype: str = "fp32"
-    seed: int = 0
-    log_every: int = 50
-    ckpt_every: int = 500
+    lr: float = field(default=1e-3, metadata=_opt("--lr", "Peak learning rate (AdamW).", min=0.0))
+    warmup_steps: int = field(default=100, metadata=_opt(
+        "--warmup", "Learning-rate warm-up steps (then cosine decay).", min=0))
+    max_steps: int = field(default=1000, metadata=_opt("--max-steps", "Stop after this many optimizer steps.", min=1))
+    max_minutes: float = field(default=0.0, metadata=_opt(
+        "--max-minutes", "Stop after this many minutes (0: no limit); whichever of --max-steps and "
+        "--max-minutes comes first ends training with a final checkpoint.", min=0.0))
+    lr_decay: str = field(default="steps", metadata=_opt(
+        "--lr-decay", "What the cosine decay runs over: steps (--max-steps only; one schedule over many "
+        "resumed runs, e.g. nightly cron jobs) or budget (whichever of --max-steps and --max-minutes ends "
+        "first; a resumed run finishes the decay in its own --max-minutes).", choices=LR_DECAYS))
+    grad_accum: int = field(default=1, metadata=_opt(
+        "--grad-accum", "Micro-batches accumulated per optimizer step.", min=1))
+    clip: float = field(default=1.0, metadata=_opt(
+        "--clip", "Gradient-norm clipping threshold (0: off); each parameter group (the denoiser, a "
+        "learned schedule) is clipped on its own.", min=0.0))
+    weight_decay: float = field(default=0.01, metadata=_opt(
+        "--weight-decay", "AdamW weight decay (not applied to biases and norms).", min=0.0))
+    ema_decay: float = field(default=0.999, metadata=_opt(
+        "--ema", "EMA decay of the saved weights (0: no EMA).", min=0.0, max=0.999999))
+    log_every: int = field(default=50, metadata=_opt("--log-every", "Log metrics every N steps.", min=1))
+    ckpt_every: int = field(default=500, metadata=_opt(
+        "--ckpt-every", "Write the training checkpoint every N steps (0: only at the end).", min=0))
+    min_lr_ratio: float = 0.1       # the cosine decay's floor, as a share of --lr
+    dtype: str = "fp32"             # autocast: the command's --dtype
+    seed: int = 0                   # the command's --seed
+
+
+def option_fields() -> list:
+    """The LoopConfig fields that are command-line options, in declaration order."""
+    return [f for f in fields(LoopConfig) if "flag" in f.metadata]
 
 
 def step_progress(step: int, cfg: LoopConfig) -> float:
@@ -62,15 +92,34 @@ def lr_at(step: int, cfg: LoopConfig, progress: float | None = None) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
+@dataclass
+class StepResult:
+    """What one optimizer step did."""
+
+    ok: bool                     # False: a non-finite loss or gradient, the update was skipped
+    loss: float = 0.0            # the logged loss (the step function's "loss" metric, else the objective)
+    metrics: dict = field(default_factory=dict)      # the step function's metrics, averaged over micro-batches
+    grad_norms: dict = field(default_factory=dict)   # per clip group, before clipping
+    lr: float = 0.0
+
+
 class Trainer:
     """Runs STEP_FN until the step or time budget is spent.
 
-    step_fn(step) -> (loss tensor, metrics dict of floats, tokens in the micro-batch);
-    it is called cfg.grad_accum times per optimizer step, inside autocast.
+    step_fn(step) -> (objective tensor, metrics dict of floats, tokens in the micro-batch);
+    it is called cfg.grad_accum times per optimizer step, inside autocast. A metric named
+    "loss" is what the log shows as the loss (default: the objective) — `tdiff train` logs
+    the denoiser's MSE there when the objective also holds a learned schedule's terms.
+
+    CLIP_GROUPS: {name: parameters} clipped separately (default: all parameters as one group
+    named "grad_norm"); each group's norm is logged under its name. GENERATORS: {name:
+    torch.Generator} whose states the checkpoints save and `resume` restores, so a resumed
+    run draws the same random numbers as an uninterrupted one.
     """
 
     def __init__(self, model, step_fn: Callable, cfg: LoopConfig, device, ckpt_path=None,
-                 log_path=None, fingerprint: dict | None = None):
+                 log_path=None, fingerprint: dict | None = None, clip_groups: dict | None = None,
+                 generators: dict | None = None):
         import torch
 
         if cfg.lr_decay not in LR_DECAYS:
@@ -79,6 +128,8 @@ class Trainer:
         self.ckpt_path = Path(ckpt_path) if ckpt_path else None
         self.log_path = Path(log_path) if log_path else None
         self.fingerprint = fingerprint or {}
+        self.clip_groups = {k: list(v) for k, v in (clip_groups or {"grad_norm": model.parameters()}).items()}
+        self.generators = dict(generators or {})
         decay, no_decay = [], []
         for p in model.parameters():
             if p.requires_grad:
@@ -95,6 +146,7 @@ class Trainer:
         self.tokens = 0
         self.last_metrics: dict = {}
         self._stop = False
+        self._win_tokens, self._win_t = 0, time.time()   # tokens/s over the last logging window
 
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> None:
@@ -110,10 +162,12 @@ class Trainer:
         tensors["rng.cpu"] = torch.get_rng_state()
         if torch.cuda.is_available() and self.device.type == "cuda":
             tensors["rng.cuda"] = torch.cuda.get_rng_state(self.device)
+        for name, g in self.generators.items():
+            tensors[f"rng.gen.{name}"] = g.get_state()
         info = {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "progress": self.progress,
                 "optim": oinfo,
                 "loop": asdict(self.cfg), "fingerprint": self.fingerprint}
-        ck.save_artifact(self.ckpt_path, tensors, "checkpoint", config=self.fingerprint, train=info)
+        artifacts.save_artifact(self.ckpt_path, tensors, "checkpoint", config=self.fingerprint, train=info)
 
     def resume(self) -> bool:
         """Load the last checkpoint if there is one; True when training continues from it."""
@@ -121,7 +175,7 @@ class Trainer:
 
         if self.ckpt_path is None or not self.ckpt_path.exists():
             return False
-        art = ck.load_artifact(self.ckpt_path, expect="checkpoint", device="cpu")
+        art = artifacts.load_artifact(self.ckpt_path, expect="checkpoint", device="cpu")
         info = art.train
         if info.get("fingerprint") != self.fingerprint:
             raise DataError(
@@ -139,10 +193,21 @@ class Trainer:
         torch.set_rng_state(art.tensors["rng.cpu"])
         if "rng.cuda" in art.tensors and self.device.type == "cuda":
             torch.cuda.set_rng_state(art.tensors["rng.cuda"], self.device)
+        for name, g in self.generators.items():
+            state = art.tensors.get(f"rng.gen.{name}")
+            if state is None:
+                raise DataError(f"{self.ckpt_path}: holds no state of the '{name}' random generator "
+                                "(made by an older tdiff); remove it or train without --resume")
+            g.set_state(state)
         self.step, self.elapsed, self.tokens = info["step"], info["elapsed"], info.get("tokens", 0)
         self.progress = info.get("progress", step_progress(self.step, self.cfg))
         log.info(f"resumed from {self.ckpt_path} at step {self.step}")
         return True
+
+    def maybe_checkpoint(self) -> None:
+        """The periodic checkpoint: every cfg.ckpt_every steps."""
+        if self.cfg.ckpt_every > 0 and self.step % self.cfg.ckpt_every == 0:
+            self.save_checkpoint()
 
     # ------------------------------------------------------------ EMA
     def _update_ema(self) -> None:
@@ -162,60 +227,115 @@ class Trainer:
     def ema_state_dict(self) -> dict:
         return self.ema if self.ema is not None else {k: v.detach() for k, v in self.model.state_dict().items()}
 
+    # ------------------------------------------------------------ one step
+    def set_lr(self, t_start: float, progress0: float) -> float:
+        """The rate for the coming step (warm-up, then cosine over steps or the time budget)."""
+        cfg = self.cfg
+        self.progress = max(self.progress, step_progress(self.step, cfg))
+        if cfg.lr_decay == "budget" and cfg.max_minutes > 0 and self.step >= cfg.warmup_steps:
+            # A resumed run decays the rest of the way within its own time budget.
+            frac = (time.time() - t_start) / (cfg.max_minutes * 60)
+            self.progress = max(self.progress, progress0 + (1 - progress0) * frac)
+        lr = lr_at(self.step, cfg, self.progress)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        return lr
+
+    def _clip(self) -> dict:
+        """Clip each group's gradient to cfg.clip on its own; their norms before clipping."""
+        import torch
+
+        limit = self.cfg.clip if self.cfg.clip > 0 else float("inf")
+        return {name: torch.nn.utils.clip_grad_norm_(params, limit) for name, params in self.clip_groups.items()}
+
+    def train_step(self) -> StepResult:
+        """One optimizer step over cfg.grad_accum micro-batches; skipped (ok=False) when the loss or a
+        gradient is not finite. Advances self.step and the EMA when the update is made."""
+        import torch
+
+        from tdiff.device import autocast
+
+        cfg = self.cfg
+        self.opt.zero_grad(set_to_none=True)
+        objective, metrics, ok = 0.0, {}, True
+        for _ in range(cfg.grad_accum):
+            with autocast(self.device, cfg.dtype):
+                loss, m, ntok = self.step_fn(self.step)
+            loss = loss / cfg.grad_accum
+            if not torch.isfinite(loss):
+                ok = False
+                break
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            objective += float(loss.detach())
+            self._win_tokens += ntok
+            self.tokens += ntok
+            for k, v in m.items():
+                metrics[k] = metrics.get(k, 0.0) + float(v) / cfg.grad_accum
+        if self.scaler:
+            self.scaler.unscale_(self.opt)
+        norms = self._clip()
+        if not ok or not all(torch.isfinite(n) for n in norms.values()):
+            self.opt.zero_grad(set_to_none=True)
+            if self.scaler:
+                self.scaler.update()
+            return StepResult(ok=False)
+        if self.scaler:
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        else:
+            self.opt.step()
+        self.step += 1
+        self._update_ema()
+        logged = metrics.pop("loss", objective)
+        return StepResult(ok=True, loss=logged, metrics=metrics,
+                          grad_norms={k: float(v) for k, v in norms.items()})
+
+    def log_step(self, res: StepResult, logf=None) -> None:
+        """Every cfg.log_every steps (and the first and last): a metrics record to LOGF and a line on stderr."""
+        cfg = self.cfg
+        if not (self.step % cfg.log_every == 0 or self.step == 1 or self.step == cfg.max_steps):
+            return
+        now = time.time()
+        rec = {"step": self.step, "loss": round(res.loss, 6), "lr": res.lr,
+               **{k: round(v, 4) for k, v in res.grad_norms.items()},
+               "tokens_per_s": round(self._win_tokens / max(1e-9, now - self._win_t), 1),
+               "elapsed_s": round(self.elapsed, 2),
+               **{k: round(v, 6) for k, v in res.metrics.items()}}
+        self._win_tokens, self._win_t = 0, now
+        if logf:
+            logf.write(json.dumps(rec) + "\n")
+            logf.flush()
+        extra = " ".join(f"{k} {v:.4g}" for k, v in res.metrics.items())
+        log.info(f"step {self.step:>6}  loss {res.loss:.4f}  {extra}  lr {res.lr:.2e}  "
+                 f"{rec['tokens_per_s']:.0f} tok/s  {self.elapsed:.0f}s")
+
     # ------------------------------------------------------------ the loop
     def _on_signal(self, signum, frame):
         self._stop = True
         log.warn(f"signal {signum}: stopping after this step and writing a checkpoint")
 
+    def _out_of_time(self, t_start: float) -> bool:
+        cfg = self.cfg
+        if cfg.max_minutes > 0 and (time.time() - t_start) >= cfg.max_minutes * 60:
+            log.info(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
+            return True
+        return False
+
     def run(self) -> dict:
-        import torch
-
-        from tdiff.device import autocast
-
         cfg = self.cfg
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         logf = open(self.log_path, "a", encoding="utf-8") if self.log_path else None
         t_start = time.time()
         elapsed0, progress0 = self.elapsed, self.progress
         nonfinite = 0
-        win_tokens, win_t = 0, time.time()
+        self._win_tokens, self._win_t = 0, time.time()
         try:
             self.model.train()
-            while self.step < cfg.max_steps and not self._stop:
-                if cfg.max_minutes > 0 and (time.time() - t_start) >= cfg.max_minutes * 60:
-                    log.info(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
-                    break
-                self.progress = max(self.progress, step_progress(self.step, cfg))
-                if cfg.lr_decay == "budget" and cfg.max_minutes > 0 and self.step >= cfg.warmup_steps:
-                    # A resumed run decays the rest of the way within its own time budget.
-                    frac = (time.time() - t_start) / (cfg.max_minutes * 60)
-                    self.progress = max(self.progress, progress0 + (1 - progress0) * frac)
-                lr = lr_at(self.step, cfg, self.progress)
-                for g in self.opt.param_groups:
-                    g["lr"] = lr
-                self.opt.zero_grad(set_to_none=True)
-                tot_loss, metrics, ok = 0.0, {}, True
-                for _ in range(cfg.grad_accum):
-                    with autocast(self.device, cfg.dtype):
-                        loss, m, ntok = self.step_fn(self.step)
-                    loss = loss / cfg.grad_accum
-                    if not torch.isfinite(loss):
-                        ok = False
-                        break
-                    (self.scaler.scale(loss) if self.scaler else loss).backward()
-                    tot_loss += float(loss.detach())
-                    win_tokens += ntok
-                    self.tokens += ntok
-                    for k, v in m.items():
-                        metrics[k] = metrics.get(k, 0.0) + float(v) / cfg.grad_accum
-                if self.scaler:
-                    self.scaler.unscale_(self.opt)
-                gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip if cfg.clip > 0 else float("inf"))
-                if not ok or not torch.isfinite(gnorm):
+            while self.step < cfg.max_steps and not self._stop and not self._out_of_time(t_start):
+                lr = self.set_lr(t_start, progress0)
+                res = self.train_step()
+                if not res.ok:
                     nonfinite += 1
-                    self.opt.zero_grad(set_to_none=True)
-                    if self.scaler:
-                        self.scaler.update()
                     log.warn(f"step {self.step}: non-finite loss or gradient, step skipped")
                     if nonfinite >= 20:
                         self.save_checkpoint()
@@ -225,30 +345,11 @@ class Trainer:
                         )
                     continue
                 nonfinite = 0
-                if self.scaler:
-                    self.scaler.step(self.opt)
-                    self.scaler.update()
-                else:
-                    self.opt.step()
-                self.step += 1
-                self._update_ema()
+                res.lr = lr
                 self.elapsed = elapsed0 + time.time() - t_start
-                self.last_metrics = {"loss": tot_loss, **metrics}
-                if self.step % cfg.log_every == 0 or self.step == 1 or self.step == cfg.max_steps:
-                    now = time.time()
-                    rec = {"step": self.step, "loss": round(tot_loss, 6), "lr": lr, "grad_norm": round(float(gnorm), 4),
-                           "tokens_per_s": round(win_tokens / max(1e-9, now - win_t), 1),
-                           "elapsed_s": round(self.elapsed, 2),
-                           **{k: round(v, 6) for k, v in metrics.items()}}
-                    win_tokens, win_t = 0, now
-                    if logf:
-                        logf.write(json.dumps(rec) + "\n")
-                        logf.flush()
-                    extra = " ".join(f"{k} {v:.4g}" for k, v in metrics.items())
-                    log.info(f"step {self.step:>6}  loss {tot_loss:.4f}  {extra}  lr {lr:.2e}  "
-                             f"{rec['tokens_per_s']:.0f} tok/s  {self.elapsed:.0f}s")
-                if cfg.ckpt_every > 0 and self.step % cfg.ckpt_every == 0:
-                    self.save_checkpoint()
+                self.last_metrics = {"loss": res.loss, **res.metrics}
+                self.log_step(res, logf)
+                self.maybe_checkpoint()
             self.save_checkpoint()
         finally:
             for s, h in old.items():

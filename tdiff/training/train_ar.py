@@ -1,4 +1,4 @@
-"""Train the GPT-2 causal LM baseline and judge (SPEC §2 train-ar) and write a transformers directory.
+"""Train the GPT-2 causal LM baseline and judge and write a transformers directory.
 
 Each training sequence is [bos] + ids + [eos], cut to max_len positions and
 right-padded to the longest sequence of its batch; pads are labelled −100, so
@@ -17,9 +17,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tdiff import data as D
 from tdiff import log
 from tdiff.errors import DataError, TdiffError, UsageError
-from tdiff.training import data as D
 from tdiff.training.loop import LoopConfig, Trainer
 
 

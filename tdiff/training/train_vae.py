@@ -1,14 +1,14 @@
-"""Train the text VAE (SPEC §2 train-vae) and write a self-contained `vae` artifact."""
+"""Train the text VAE and write a self-contained `vae` artifact (tokenizer and latent statistics inside)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tdiff import log
+from tdiff import artifacts, log
+from tdiff import data as D
 from tdiff.errors import DataError, UsageError
-from tdiff.training import checkpoints as ck
-from tdiff.training import data as D
+from tdiff.latents import latent_stats, reconstruction_metrics
 from tdiff.training.loop import LoopConfig, Trainer
 
 
@@ -43,49 +43,6 @@ def build_vae(tc: VAETrainConfig, vocab_size: int, pad_id: int, max_len: int):
     cfg = VAEConfig(**{**PRESETS[tc.preset], "vocab_size": vocab_size, "max_len": max_len,
                        "latent_dim": tc.latent_dim, "latent_stride": tc.latent_stride, "pad_id": pad_id})
     return TextVAE(cfg)
-
-
-def latent_stats(vae, seqs, max_len, pad_id, device, batch_size=256):
-    """Per-dimension mean and std of the encoder means over SEQS (so the denoiser sees unit variance)."""
-    import torch
-
-    s1 = s2 = None
-    n = 0
-    vae.eval()
-    with torch.no_grad():
-        for i in range(0, len(seqs), batch_size):
-            ids = D.pad_batch(seqs[i:i + batch_size], max_len, pad_id).to(device)
-            mu, _ = vae.encode(ids)                      # (B, N, Dz)
-            mu = mu.double().reshape(-1, mu.shape[-1])
-            s1 = mu.sum(0) if s1 is None else s1 + mu.sum(0)
-            s2 = (mu * mu).sum(0) if s2 is None else s2 + (mu * mu).sum(0)
-            n += mu.shape[0]
-    mean = s1 / n
-    std = (s2 / n - mean * mean).clamp_min(1e-12).sqrt()
-    return mean.float(), std.float()
-
-
-def reconstruction_metrics(vae, seqs, max_len, pad_id, device, batch_size=256) -> dict:
-    """Token accuracy (text positions and the end-of-text pad) and exact-match rate, decoding the posterior mean."""
-    import torch
-
-    correct = total = exact = 0
-    vae.eval()
-    with torch.no_grad():
-        for i in range(0, len(seqs), batch_size):
-            chunk = seqs[i:i + batch_size]
-            ids = D.pad_batch(chunk, max_len, pad_id).to(device)       # (B, L)
-            mu, _ = vae.encode(ids)
-            pred = vae.decode(mu).argmax(-1)                          # (B, L)
-            for b, s in enumerate(chunk):
-                n = min(len(s), max_len)
-                upto = min(n + 1, max_len)                             # text + the pad that ends it
-                eq = pred[b, :upto] == ids[b, :upto]
-                correct += int(eq.sum())
-                total += upto
-                exact += int(bool((pred[b] == ids[b]).all()))
-    return {"token_accuracy": correct / max(1, total), "exact_match": exact / max(1, len(seqs)),
-            "sequences": len(seqs)}
 
 
 def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig, device,
@@ -131,7 +88,7 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
     metrics = reconstruction_metrics(vae, held.seqs or train.seqs[:256], max_len, tok.pad_id, device)
     summary["heldout"] = metrics
     tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
-    ck.save_artifact(output, tensors, "vae", config={"vae": vae.config.to_dict()},
+    artifacts.save_artifact(output, tensors, "vae", config={"vae": vae.config.to_dict()},
                      train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)},
                      tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
     log.info(f"train-vae: held-out token accuracy {metrics['token_accuracy']:.4f}, exact match "

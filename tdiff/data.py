@@ -1,4 +1,4 @@
-"""Token data for training: read ids JSONL, split held-out data, pad, batch.
+"""Token data: read ids JSONL, split held-out data, pad, batch (training and evaluation alike).
 
 The held-out split is decided by a hash of each record's ids, so `train-vae`,
 `train`, `train-ar` and `eval` agree on it whatever their seeds.
@@ -10,6 +10,7 @@ import hashlib
 from dataclasses import dataclass
 
 from tdiff.errors import DataError
+from tdiff.seeds import generator
 from tdiff.io import display_name, iter_jsonl
 
 
@@ -78,7 +79,7 @@ def batches(n: int, batch_size: int, seed: int, start_step: int = 0):
     per_epoch = max(1, n // batch_size)
     epoch, step = divmod(start_step, per_epoch)
     while True:
-        g = torch.Generator().manual_seed(seed * 100003 + epoch)
+        g = generator(seed, epoch, "data")
         perm = torch.randperm(n, generator=g)
         for b in range(step, per_epoch):
             yield perm[b * batch_size:(b + 1) * batch_size]

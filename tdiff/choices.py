@@ -1,0 +1,14 @@
+"""The names a user chooses among on the command line, importable without torch.
+
+The command layer offers these as enumerations (the valid values show in `--help`);
+the library modules that implement them check their registries against these
+tuples (tests/test_layering.py), so a name added in one place and not the other fails
+a test instead of a user.
+"""
+
+PRESETS = ("tiny", "small", "base")                 # models/vae.py, models/dit.py, ar.py
+SCHEDULES = ("cosine", "linear", "sqrt", "learned")  # diffusion/schedules.py
+TARGETS = ("v", "x0", "eps")                         # diffusion/process.py
+SOLVERS = ("dpm", "ddim", "ddpm")                    # diffusion/solvers.py
+LR_DECAYS = ("steps", "budget")                      # training/loop.py
+DTYPES = ("fp32", "bf16", "fp16")                    # device.py

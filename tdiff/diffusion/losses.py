@@ -1,0 +1,117 @@
+"""The denoising loss, one definition for training, evaluation and distillation.
+
+For clean latents x0 (B, N, D) a step draws t ~ U(0, 1) stratified across the batch,
+noises x_t = α_t x0 + σ_t ε (VDM eq. 1), and regresses the network's output on its
+target (x0, ε or v = α ε − σ x0; Salimans & Ho 2022, Appendix D):
+
+    L(x0) = mean over unknown positions and channels of ‖f(x_t, t) − target‖²
+
+Two training-time options change what the network sees:
+
+- self-conditioning (Chen et al. 2023, "Analog Bits", §3.2): on half of the steps a first
+  pass without gradient estimates x0, and the second pass gets that estimate as input;
+- known spans (`cond_prob`): a share of the rows get a span of clean latents through the
+  conditioning channel, and their x_t holds the clean latent at the known positions too,
+  so one network learns prompting (known prefix), infilling (unknown inner span) and
+  spans in context. Known positions are left out of the loss.
+
+The schedule is never trained through this loss (α, σ are computed without gradient):
+the denoising loss alone would push every t towards low noise. A learned schedule gets
+its own term from :func:`tdiff.diffusion.schedules.vdm_variance_loss`, fed by the per-example
+ε error that :func:`diffusion_loss` returns when asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .process import add_noise, pred_to_eps, pred_to_x0, target as regression_target
+
+
+@dataclass
+class LossTerms:
+    """Per-example values of one loss evaluation; the caller reduces them."""
+
+    mse: torch.Tensor                        # (B,) target MSE on unknown positions, float32, with graph
+    t: torch.Tensor                          # (B,) float64 times the rows were noised at
+    eps_error: torch.Tensor | None = None    # (B,) Σ ‖ε̂ − ε‖² on unknown positions, detached (when asked)
+
+
+def stratified_times(b: int, generator, device) -> torch.Tensor:
+    """(B,) float64 times: one uniform offset u, t_i = (i + u)/B, shuffled; clamped to [1e-5, 1 − 1e-5].
+
+    Stratification lowers the variance of the batch loss without changing its expectation."""
+    u = torch.rand((), generator=generator, device=device).item()
+    t = ((torch.arange(b, device=device, dtype=torch.float64) + u) / b).clamp(1e-5, 1 - 1e-5)   # (B,)
+    return t[torch.randperm(b, generator=generator, device=device)]
+
+
+def random_cond_mask(b: int, n: int, prob: float, generator, device) -> torch.Tensor:
+    """(B, N, 1) float mask of known positions: for a PROB share of rows a known prefix,
+    an unknown inner span (the rest known) or a known inner span, with equal chance."""
+    mask = torch.zeros(b, n, 1, device=device)
+    use = torch.rand(b, generator=generator, device=device) < prob
+    for i in torch.nonzero(use).flatten().tolist():
+        a, c = sorted(torch.randint(0, n + 1, (2,), generator=generator, device=device).tolist())
+        kind = int(torch.randint(0, 3, (1,), generator=generator, device=device))
+        if kind == 0:      # prefix known (prompting)
+            mask[i, :c] = 1
+        elif kind == 1:    # a span unknown (infilling)
+            mask[i] = 1
+            mask[i, a:c] = 0
+        else:              # a span known
+            mask[i, a:c] = 1
+    return mask
+
+
+def diffusion_loss(dit, schedule, x0: torch.Tensor, *, target: str, generator, self_condition: bool = False,
+                   cond_prob: float = 0.0, label=None, eps_error: bool = False) -> LossTerms:
+    """Per-example denoising loss of DIT on clean latents X0 (B, N, D) (module docstring).
+
+    Random draws, in this order, all from GENERATOR: t (stratified), ε, the known spans
+    (when COND_PROB > 0), the self-conditioning coin (when SELF_CONDITION). With
+    EPS_ERROR the (detached) per-example ε error is returned too, for schedule learning.
+    """
+    b, n, _ = x0.shape
+    dev = x0.device
+    t = stratified_times(b, generator, dev)                              # (B,) float64
+    with torch.no_grad():
+        alpha, sigma = schedule.alpha_sigma(t)                           # (B,) float64
+    a32, s32 = alpha.float(), sigma.float()
+    eps = torch.randn(x0.shape, generator=generator, device=dev)         # (B, N, D)
+    x_t = add_noise(x0, eps, a32, s32)                                   # (B, N, D)
+    cond_mask = random_cond_mask(b, n, cond_prob, generator, dev) if cond_prob > 0 else None   # (B, N, 1)
+    cond_x = x0 * cond_mask if cond_mask is not None else None
+    if cond_mask is not None:
+        x_t = cond_mask * x0 + (1 - cond_mask) * x_t                     # known positions are clean
+    tt = t.float()
+    self_cond = None
+    if self_condition and torch.rand((), generator=generator, device=dev).item() < 0.5:
+        with torch.no_grad():
+            p0 = dit(x_t.detach(), tt, self_cond=None, label=label, cond_x=cond_x, cond_mask=cond_mask)
+            self_cond = pred_to_x0(target, p0.float(), x_t.detach(), a32, s32).detach()
+    pred = dit(x_t, tt, self_cond=self_cond, label=label, cond_x=cond_x, cond_mask=cond_mask).float()  # (B, N, D)
+    err = (pred - regression_target(target, x0, eps, a32, s32)) ** 2    # (B, N, D)
+    w = (1 - cond_mask) if cond_mask is not None else torch.ones_like(err[..., :1])   # (B, N, 1) unknown
+    mse = (err * w).sum((1, 2)) / (w.sum((1, 2)) * err.shape[-1]).clamp_min(1)       # (B,)
+    out = LossTerms(mse=mse, t=t)
+    if eps_error:
+        with torch.no_grad():
+            e2 = (pred_to_eps(target, pred.detach(), x_t.detach(), a32, s32) - eps) ** 2   # (B, N, D)
+            out.eps_error = (e2 * w).sum((1, 2))                         # (B,)
+    return out
+
+
+def mean_denoising_loss(dit, schedule, latents: torch.Tensor, *, target: str, generator,
+                        batch_size: int = 256) -> float:
+    """One pass over LATENTS (M, N, D): the mean per-example loss with fresh t and ε, no known
+    spans and no self-conditioning (the number `tdiff train` and `tdiff eval` report as
+    held-out denoising loss). Call under ``torch.no_grad()``."""
+    total, count = 0.0, 0
+    for i in range(0, len(latents), batch_size):
+        x0 = latents[i:i + batch_size]
+        total += float(diffusion_loss(dit, schedule, x0, target=target, generator=generator).mse.sum())
+        count += len(x0)
+    return total / max(1, count)

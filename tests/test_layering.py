@@ -1,0 +1,177 @@
+"""The package's layering: which parts of tdiff may import which, and no import cycle.
+
+Layers, lowest first. A module may import modules of its own layer and of lower ones,
+never of a higher one. Imports inside functions count too (they are how heavy modules
+are deferred, not a way around the layering).
+
+  core        errors, io, log, choices, seeds, device, artifacts, metrics, data
+  text        tdiff/text/*                       (core)
+  models      tdiff/models/*                     (core)
+  diffusion   tdiff/diffusion/*                  (core)
+  library     latents, bundle, sample, evaluate, ar    (all of the above)
+  training    tdiff/training/*                   (all of the above)
+  commands    tdiff/commands/*                   (all of the above)
+  cli         cli, __main__                      (everything)
+
+text, models and diffusion sit side by side and do not import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+PKG = ROOT / "tdiff"
+
+CORE = {"errors", "io", "log", "choices", "seeds", "device", "artifacts", "metrics", "data", "__init__"}
+LIBRARY = {"latents", "bundle", "sample", "evaluate", "ar"}
+# layer -> the layers it may import (besides itself)
+ALLOWED = {
+    "core": set(),
+    "text": {"core"},
+    "models": {"core"},
+    "diffusion": {"core"},
+    "library": {"core", "text", "models", "diffusion"},
+    "training": {"core", "text", "models", "diffusion", "library"},
+    "commands": {"core", "text", "models", "diffusion", "library", "training"},
+    "cli": {"core", "text", "models", "diffusion", "library", "training", "commands"},
+}
+
+
+def layer_of(module: str) -> str:
+    """'tdiff.training.loop' -> 'training'."""
+    parts = module.split(".")[1:] or ["__init__"]
+    head = parts[0]
+    if head in ("text", "models", "diffusion", "training", "commands"):
+        return head
+    if head in ("cli", "__main__"):
+        return "cli"
+    if head in LIBRARY:
+        return "library"
+    if head in CORE:
+        return "core"
+    raise AssertionError(f"tdiff/{'/'.join(parts)}: module in no layer; add it to tests/test_layering.py")
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The tdiff modules PATH imports anywhere in its code (relative imports resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.split(".")[0] == "tdiff")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] != "tdiff":
+                continue
+            for a in node.names:              # `from tdiff import data` imports the module tdiff.data
+                sub = f"{mod}.{a.name}"
+                out.add(sub if _is_module(sub) else mod)
+    return out
+
+
+def _is_module(name: str) -> bool:
+    p = ROOT.joinpath(*name.split("."))
+    return p.with_suffix(".py").exists() or (p / "__init__.py").exists()
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p) for p in sorted(PKG.rglob("*.py"))}
+
+
+def violations(g: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for mod, deps in g.items():
+        lay = layer_of(mod)
+        for d in deps:
+            dl = layer_of(d)
+            if dl != lay and dl not in ALLOWED[lay]:
+                bad.append(f"{mod} ({lay}) imports {d} ({dl})")
+    return sorted(bad)
+
+
+def find_cycles(g: dict[str, set[str]]) -> list[str]:
+    """Import cycles of G (depth-first search). A package's __init__ importing its own
+    submodules (re-exports) is not an edge of a cycle."""
+    edges = {m: {d for d in deps if d in g and d != m and not d.startswith(m + ".")} for m, deps in g.items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(m, stack):
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(edges.get(m, ())):
+            if state.get(d) == 1:
+                cycles.append(" -> ".join(stack[stack.index(d):] + [d]))
+            elif d not in state:
+                visit(d, stack)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [])
+    return cycles
+
+
+def test_every_import_respects_the_layers():
+    bad = violations(graph())
+    assert not bad, "imports against the layering:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle():
+    cycles = find_cycles(graph())
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_checks_catch_what_they_should():
+    """The checkers themselves, on the two defects this test was written against."""
+    assert violations({"tdiff.bundle": {"tdiff.training.checkpoints"}}) == [
+        "tdiff.bundle (library) imports tdiff.training.checkpoints (training)"]
+    assert violations({"tdiff.evaluate": {"tdiff.training.train_dit"}})
+    assert violations({"tdiff.models.dit": {"tdiff.diffusion.process"}})      # siblings stay apart
+    assert not violations({"tdiff.training.loop": {"tdiff.artifacts", "tdiff.bundle"}})
+    cyc = find_cycles({"tdiff.bundle": {"tdiff.training.train_dit"}, "tdiff.training.train_dit": {"tdiff.bundle"}})
+    assert cyc == ["tdiff.bundle -> tdiff.training.train_dit -> tdiff.bundle"]
+    assert not find_cycles({"tdiff.diffusion": {"tdiff.diffusion.solvers"}, "tdiff.diffusion.solvers": set()})
+
+
+def test_bundle_loads_nothing_from_training():
+    code = ("import sys, tdiff.bundle; m = sorted(k for k in sys.modules if k.startswith('tdiff.training')); "
+            "print(','.join(m))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ""
+
+
+def test_choices_match_the_registries():
+    """The names offered on the command line are exactly the ones the library implements."""
+    from tdiff import ar, choices
+    from tdiff.diffusion.process import PREDICTION_KINDS
+    from tdiff.diffusion.schedules import SCHEDULES
+    from tdiff.diffusion.solvers import SOLVERS
+    from tdiff.models import dit, vae
+
+    assert set(choices.SCHEDULES) == set(SCHEDULES)
+    assert set(choices.SOLVERS) == set(SOLVERS)
+    assert set(choices.TARGETS) == set(PREDICTION_KINDS)
+    assert set(choices.PRESETS) == set(dit.PRESETS) == set(vae.PRESETS) == set(ar.PRESETS)
