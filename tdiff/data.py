@@ -61,6 +61,18 @@ def split(data: TokenData, fraction: float) -> tuple[TokenData, TokenData]:
     return tr, te
 
 
+def read_split(path, vocab_size: int, fraction: float) -> tuple[TokenData, TokenData, TokenData]:
+    """(all, train, held-out) token data of PATH for training; a DataError when there is nothing
+    to train on (no records, or every one held out)."""
+    data = read_ids(path, vocab_size=vocab_size)
+    if not data.seqs:
+        raise DataError(f"{display_name(path)}: no token records to train on")
+    train, held = split(data, fraction)
+    if not train.seqs:
+        raise DataError(f"{display_name(path)}: every record fell in the held-out split; lower --holdout")
+    return data, train, held
+
+
 def pad_batch(seqs, max_len: int, pad_id: int):
     """(B, max_len) LongTensor: each sequence truncated to max_len, then right-padded with pad_id."""
     import torch

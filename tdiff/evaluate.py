@@ -107,7 +107,7 @@ def model_kind(path) -> str:
         raise DataError(f"{p}: bad config metadata") from None
     kind = meta.get("tdiff.kind")
     if kind not in ("vae", "model", "student"):
-        raise DataError(f"{p}: is a {kind!r} file; give a vae, model or student file, or a train-ar directory")
+        raise DataError(f"{p}: is a {kind!r} file; give a vae or model file, or a train-ar directory")
     return "model" if "dit" in config else "vae"
 
 

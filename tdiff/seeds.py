@@ -16,15 +16,18 @@ STREAMS = {
     "noise": 2,                  # the training noise (t, ε, spans) of a run
     "eval": 3,                   # held-out evaluation passes
 }
-_STREAM_SHIFT = 40               # streams sit 2^40 apart: no index a run reaches crosses into the next
+# Streams sit 2^30 apart *in the low 32 bits*: torch's CPU generator (Mersenne Twister) keeps
+# only the low 32 bits of a seed, so offsets of 2^32 or more would give every stream the same
+# numbers. No run reaches 2^30 batches, epochs or steps, so the streams never overlap.
+_STREAM_SHIFT = 30
 _MASK = (1 << 63) - 1            # torch.Generator.manual_seed takes a non-negative int below 2^64
 
 
 def derive_seed(seed: int, index: int = 0, stream: str = "sample") -> int:
     """The seed of item INDEX of random stream STREAM under the user's SEED.
 
-    ``seed * 1_000_003 + index`` plus a fixed offset per stream (0 for "sample"),
-    reduced to 63 bits. Deterministic, platform-independent, cheap.
+    ``seed * 1_000_003 + index`` plus a fixed offset per stream (0 for "sample", k·2^30 for the
+    k-th stream), reduced to 63 bits. Deterministic, platform-independent, cheap.
     """
     try:
         offset = STREAMS[stream] << _STREAM_SHIFT

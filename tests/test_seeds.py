@@ -21,6 +21,17 @@ def test_streams_are_apart_and_seeds_valid():
     assert 0 <= derive_seed(-1, 0) < 2**63 and 0 <= derive_seed(2**70, 5, "data") < 2**63
 
 
+def test_streams_draw_different_numbers():
+    """torch's CPU generator keeps only the low 32 bits of a seed: the streams must differ there."""
+    torch = pytest.importorskip("torch")
+    from tdiff.seeds import generator
+
+    firsts = {float(torch.rand(1, generator=generator(s, i, st))) for s in (0, 1, 12345) for i in range(20)
+              for st in STREAMS}
+    assert len(firsts) == 3 * 20 * len(STREAMS)
+    assert {derive_seed(s, i, st) % 2**32 for s in (0, 1) for i in range(100) for st in STREAMS}.__len__() == 800
+
+
 def test_unknown_stream():
     with pytest.raises(ValueError, match="noize"):
         derive_seed(0, 0, "noize")

@@ -17,7 +17,7 @@ def eval_cmd(
     ctx: typer.Context,
     model: Optional[Path] = typer.Option(
         None, "--model", "-m",
-        help="A vae/model/student safetensors file or a `tdiff train-ar` directory (for --data and --speed)."),
+        help="A vae or model safetensors file, or a `tdiff train-ar` directory (for --data and --speed)."),
     data: Optional[Path] = typer.Option(
         None, "--data", help="Held-out ids JSONL: VAE reconstruction, denoising loss, or AR perplexity of --model."),
     samples: Optional[Path] = typer.Option(

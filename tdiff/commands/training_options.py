@@ -22,7 +22,7 @@ import typer
 
 from tdiff import choices
 from tdiff.commands import common
-from tdiff.training.loop import LoopConfig, option_fields
+from tdiff.training.loop import LoopConfig, option_fields, option_name
 
 
 @dataclass
@@ -66,8 +66,9 @@ def _shared_options(d: dict) -> list:
         m = f.metadata
         ann = Literal[m["choices"]] if "choices" in m else f.type
         ann = {"float": float, "int": int, "str": str}.get(ann, ann) if isinstance(ann, str) else ann
-        out.append((f.name, ann, typer.Option(d.get(f.name, f.default), m["flag"], help=m["help"],
-                                              min=m.get("min"), max=m.get("max"))))
+        name = option_name(f)
+        out.append((name, ann, typer.Option(d.get(name, f.default), m["flag"], help=m["help"],
+                                            min=m.get("min"), max=m.get("max"))))
     out += [
         ("holdout", float, typer.Option(
             d.get("holdout", 0.02), "--holdout", min=0.0, max=0.9,
@@ -89,7 +90,7 @@ def _shared_options(d: dict) -> list:
     return out
 
 
-_LOOP_NAMES = [f.name for f in option_fields()]
+_LOOP_NAMES = {option_name(f): f.name for f in option_fields()}     # option → LoopConfig field
 
 
 def training_command(**defaults):
@@ -115,7 +116,8 @@ def training_command(**defaults):
 
         @functools.wraps(func)
         def wrapper(ctx, **kw):
-            loop = LoopConfig(**{n: kw.pop(n) for n in _LOOP_NAMES}, dtype=kw["dtype"], seed=kw["seed"])
+            loop = LoopConfig(**{field: kw.pop(opt) for opt, field in _LOOP_NAMES.items()},
+                              dtype=kw["dtype"], seed=kw["seed"])
             run = TrainingRun(input=kw.pop("input"), preset=kw.pop("preset"), batch_size=kw.pop("batch_size"),
                               holdout=kw.pop("holdout"), loop=loop, device=kw.pop("device"), log=kw.pop("log"),
                               checkpoint=kw.pop("checkpoint"), resume=kw.pop("resume"))

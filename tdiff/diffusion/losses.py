@@ -1,4 +1,4 @@
-"""The denoising loss, one definition for training, evaluation and distillation.
+"""The denoising loss: one definition for training and evaluation.
 
 For clean latents x0 (B, N, D) a step draws t ~ U(0, 1) stratified across the batch,
 noises x_t = α_t x0 + σ_t ε (VDM eq. 1), and regresses the network's output on its

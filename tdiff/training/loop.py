@@ -72,6 +72,11 @@ def option_fields() -> list:
     return [f for f in fields(LoopConfig) if "flag" in f.metadata]
 
 
+def option_name(f) -> str:
+    """The parameter name of field F's option (its flag: --warmup → warmup), the key in --config files."""
+    return f.metadata["flag"].lstrip("-").replace("-", "_")
+
+
 def step_progress(step: int, cfg: LoopConfig) -> float:
     """Share of the post-warm-up step budget spent at STEP, in [0, 1]."""
     span = max(1, cfg.max_steps - cfg.warmup_steps)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tdiff import data as D
 from tdiff import log
-from tdiff.errors import DataError, TdiffError, UsageError
+from tdiff.errors import TdiffError, UsageError
 from tdiff.training.loop import LoopConfig, Trainer
 
 
@@ -98,12 +98,7 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
     if tc.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
     tok = Tokenizer.load(tokenizer_path)
-    data = D.read_ids(input_path, vocab_size=tok.vocab_size)
-    if not data.seqs:
-        raise DataError(f"{input_path}: no token records to train on")
-    train, held = D.split(data, tc.holdout)
-    if not train.seqs:
-        raise DataError("every record fell in the held-out split; lower --holdout")
+    data, train, held = D.read_split(input_path, tok.vocab_size, tc.holdout)
     max_len = tc.max_len or auto_max_len(train.seqs)
     config = make_config(tok.vocab_size, max_len, tc.preset, tc.n_layer, tc.n_embd, tc.n_head, tc.dropout,
                          bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id)

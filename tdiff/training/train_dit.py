@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tdiff import artifacts, log
 from tdiff import data as D
-from tdiff.errors import DataError, UsageError
+from tdiff.errors import UsageError
 from tdiff.latents import encode_latents
 from tdiff.training.loop import LoopConfig, Trainer
 
@@ -59,10 +59,7 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     if tc.preset not in PRESETS:
         raise UsageError(f"--preset {tc.preset!r}: choose one of {', '.join(PRESETS)}")
     vae, tok, vae_art = load_vae(vae_path, device)
-    data = D.read_ids(input_path, vocab_size=tok.vocab_size)
-    if not data.seqs:
-        raise DataError(f"{input_path}: no token records to train on")
-    train, held = D.split(data, tc.holdout)
+    data, train, held = D.read_split(input_path, tok.vocab_size, tc.holdout)
     vcfg = vae.config
     seed_everything(tc.loop.seed)
     lat = encode_latents(vae, train.seqs, vcfg.max_len, tok.pad_id, device)          # (N, Lz, Dz)

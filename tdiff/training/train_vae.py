@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tdiff import artifacts, log
 from tdiff import data as D
-from tdiff.errors import DataError, UsageError
+from tdiff.errors import UsageError
 from tdiff.latents import latent_stats, reconstruction_metrics
 from tdiff.training.loop import LoopConfig, Trainer
 
@@ -51,12 +51,7 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
     from tdiff.text.tokenizer import Tokenizer
 
     tok = Tokenizer.load(tokenizer_path)
-    data = D.read_ids(input_path, vocab_size=tok.vocab_size)
-    if not data.seqs:
-        raise DataError(f"{input_path}: no token records to train on")
-    train, held = D.split(data, tc.holdout)
-    if not train.seqs:
-        raise DataError("every record fell in the held-out split; lower --holdout")
+    data, train, held = D.read_split(input_path, tok.vocab_size, tc.holdout)
     max_len = tc.max_len or auto_max_len(train.seqs, tc.latent_stride)
     if max_len % tc.latent_stride:
         raise UsageError(f"--max-len {max_len} must be a multiple of --latent-stride {tc.latent_stride}")
