@@ -4,6 +4,8 @@ Modes (the command combines any of them into one JSON object, one key per group)
 
 - ``reconstruction``  VAE token accuracy and exact-match rate on held-out ids (posterior mean decoded
   greedily; accuracy counts the text positions and the pad that ends the text).
+- ``noise_levels``    per noise level t: token accuracy of decoding the noisy latent directly and of
+  decoding the denoiser's x0 estimate, and the denoiser's loss (where the denoiser adds information).
 - ``denoising``       held-out denoising loss of a diffusion model: the MSE of its training target
   (x0, eps or v) on fresh noise, with no conditioning span and no self-conditioning, averaged over
   ``t_samples`` passes, each drawing stratified t across a batch (a fixed seed: the same number every run).
@@ -149,6 +151,67 @@ def denoising(bundle, seqs, device, seed: int = 0, t_samples: int = 4, dtype: st
                                         batch_size=SCORE_BATCH) for _ in range(t_samples)]
     return {"loss": sum(per_pass) / len(per_pass), "target": target, "t_samples": t_samples, "sequences": len(seqs),
             "loss_std_over_passes": _std(per_pass)}
+
+
+NOISE_LEVELS = (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
+
+
+def noise_levels(bundle, seqs, device, levels=NOISE_LEVELS, seed: int = 0, dtype: str = "fp32") -> dict:
+    """Where the denoiser adds information: for each noise level t, the held-out latents are noised to
+    x_t = α_t x0 + σ_t ε and decoded through the VAE two ways,
+
+      naive     x_t / α_t, no network (what the noisy input alone already says),
+      denoiser  the network's x0 estimate (one pass, no self-conditioning, no known span),
+
+    with the token accuracy of each on the text positions (pads excluded), their difference
+    ("gain"), and the denoiser's loss at that t (the training target's MSE). Same noise for both.
+    Returns {"by_t": {"0.5": {...}, ...}, "tokens", "sequences"}.
+    """
+    import torch
+
+    from tdiff.data import pad_batch
+    from tdiff.device import autocast
+    from tdiff.diffusion.losses import diffusion_loss
+    from tdiff.latents import encode_latents
+    from tdiff.seeds import generator
+
+    bad = [t for t in levels if not 0 < t < 1]
+    if not levels or bad:
+        raise UsageError(f"--noise-levels: each level must be strictly between 0 and 1 (got {bad or 'none'})")
+    vae, tok = bundle.vae, bundle.tokenizer
+    max_len = vae.config.max_len
+    lat = encode_latents(vae, seqs, max_len, tok.pad_id, device, batch_size=SCORE_BATCH)   # (M, N, D)
+    ids = pad_batch(seqs, max_len, tok.pad_id)                                              # (M, L)
+    text = ids != tok.pad_id                                                                # (M, L)
+    target = bundle.diffusion.get("target", "v")
+    g = generator(seed, 0, "eval", device)
+    by_t = {}
+    with torch.no_grad(), autocast(device, dtype):
+        for lvl in levels:
+            naive_ok = den_ok = 0
+            loss_sum = 0.0
+            for i in range(0, len(lat), SCORE_BATCH):
+                x0 = lat[i:i + SCORE_BATCH]                                                 # (B, N, D)
+                t = torch.full((len(x0),), float(lvl), dtype=torch.float64, device=device)  # (B,)
+                terms = diffusion_loss(bundle.dit, bundle.schedule, x0, target=target, generator=g, t=t,
+                                       estimates=True)
+                a = terms.alpha.to(x0.dtype)[:, None, None]                                 # (B, 1, 1)
+                want = ids[i:i + SCORE_BATCH].to(device)                                    # (B, L)
+                keep = text[i:i + SCORE_BATCH].to(device)                                   # (B, L)
+                for z, which in ((terms.x_t.float() / a, "naive"), (terms.x0_hat.float(), "denoiser")):
+                    pred = vae.decode(vae.denormalize(z)).argmax(-1)                        # (B, L)
+                    ok = int(((pred == want) & keep).sum())
+                    if which == "naive":
+                        naive_ok += ok
+                    else:
+                        den_ok += ok
+                loss_sum += float(terms.mse.sum())
+            n_tok = max(1, int(text.sum()))
+            lam = float(bundle.schedule.log_snr(torch.tensor([float(lvl)], dtype=torch.float64, device=device)))
+            by_t[f"{lvl:g}"] = {"log_snr": lam, "naive_accuracy": naive_ok / n_tok,
+                                "denoiser_accuracy": den_ok / n_tok, "gain": (den_ok - naive_ok) / n_tok,
+                                "loss": loss_sum / len(lat)}
+    return {"by_t": by_t, "tokens": int(text.sum()), "sequences": len(seqs), "target": target}
 
 
 def _std(xs) -> float:

@@ -240,6 +240,45 @@ def test_model_data_reconstruction_and_denoising(work):
     assert set(out) == {"reconstruction"} and out["reconstruction"]["sequences"] == 5
 
 
+def test_noise_levels_table(work):
+    """Per noise level: naive decode vs the denoiser's x0, on text positions. At a tiny t the noisy latent
+    is the clean one, so the naive accuracy is the VAE's own accuracy on the text positions."""
+    import torch
+
+    from tdiff.bundle import load_bundle
+    from tdiff.data import pad_batch, read_ids
+    from tdiff.evaluate import noise_levels
+
+    dev = torch.device("cpu")
+    bundle = load_bundle(work / "model.safetensors", dev)
+    seqs = read_ids(work / "ids.jsonl").seqs
+    out = noise_levels(bundle, seqs, dev, levels=(1e-4, 0.5, 0.9), seed=3)
+    assert list(out["by_t"]) == ["0.0001", "0.5", "0.9"] and out["sequences"] == len(seqs)
+    ids = pad_batch(seqs, bundle.vae.config.max_len, bundle.tokenizer.pad_id)
+    text = ids != bundle.tokenizer.pad_id
+    assert out["tokens"] == int(text.sum())
+    with torch.no_grad():
+        mu, _ = bundle.vae.encode(ids)
+        own = float(((bundle.vae.decode(mu).argmax(-1) == ids) & text).sum()) / int(text.sum())
+    row = out["by_t"]["0.0001"]
+    assert row["naive_accuracy"] == pytest.approx(own, abs=0.02)
+    for r in out["by_t"].values():
+        assert 0 <= r["naive_accuracy"] <= 1 and 0 <= r["denoiser_accuracy"] <= 1 and r["loss"] > 0
+        assert r["gain"] == pytest.approx(r["denoiser_accuracy"] - r["naive_accuracy"])
+    assert out["by_t"]["0.5"]["log_snr"] == pytest.approx(0.0, abs=1e-9)      # cosine: λ(0.5) = 0
+    assert noise_levels(bundle, seqs, dev, levels=(1e-4, 0.5, 0.9), seed=3) == out      # same seed, same numbers
+
+
+def test_noise_levels_cli(work):
+    args = ["-m", work / "model.safetensors", "--data", work / "ids.jsonl", "--t-samples", "1", *CPU]
+    out = _json(run_eval(args + ["--noise-levels", "0.2,0.8"]))
+    assert list(out["noise_levels"]["by_t"]) == ["0.2", "0.8"]
+    assert "noise_levels" not in _json(run_eval(args + ["--noise-levels", "none"]))
+    for bad in ("0.5,1", "x"):
+        r = run_eval(args + ["--noise-levels", bad])
+        assert r.returncode == 2 and b"--noise-levels" in r.stderr and b"Traceback" not in r.stderr
+
+
 def test_ar_perplexity_and_speed(work):
     out = _json(run_eval(["-m", work / "ar", "--data", work / "ids.jsonl", "--speed", "--length", "6",
                           "--repeats", "3", "--warmup", "1", "--batch-size", "2", *CPU]))

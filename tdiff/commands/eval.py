@@ -9,6 +9,7 @@ import typer
 
 from tdiff import choices
 from tdiff.commands import common
+from tdiff.evaluate import NOISE_LEVELS            # torch-free module: --help stays fast
 
 MODES_HELP = ("--model with --data (held-out data), --samples (generated texts) or --speed with --model")
 
@@ -44,6 +45,11 @@ def eval_cmd(
     max_records: int = typer.Option(0, "--max-records", help="Use at most N records of each input file (0: all)."),
     t_samples: int = typer.Option(4, "--t-samples",
                                   help="Denoising loss: passes over --data, each with fresh t and noise."),
+    noise_levels: str = typer.Option(
+        ",".join(f"{t:g}" for t in NOISE_LEVELS), "--noise-levels",
+        help="--data, diffusion models: noise levels t (comma-separated, each in (0, 1)) at which to report "
+             "the token accuracy of decoding the noisy latent directly and the denoiser's x0 estimate, and "
+             "the denoiser's loss; 'none' skips it."),
     output: str = typer.Option("-", "--output", "-o", help="Output JSON file; - for stdout."),
     device: str = common.device_option(),
     dtype: Literal[choices.DTYPES] = common.dtype_option(),
@@ -72,6 +78,7 @@ def eval_cmd(
             raise UsageError(f"{opt} applies to --samples; give --samples FILE")
     if max_records < 0:
         raise UsageError("--max-records must be ≥ 0")
+    levels = _parse_levels(noise_levels)
 
     t_start = time.perf_counter()
     result: dict = {}
@@ -122,6 +129,8 @@ def eval_cmd(
                 result["reconstruction"] = E.reconstruction(vae, tok, seqs, dev, dtype)
                 if bundle is not None:
                     result["denoising"] = E.denoising(bundle, seqs, dev, seed=seed, t_samples=t_samples, dtype=dtype)
+                    if levels:
+                        result["noise_levels"] = E.noise_levels(bundle, seqs, dev, levels, seed=seed, dtype=dtype)
             if speed:
                 if bundle is None:
                     raise UsageError(f"--speed: '{model}' is a VAE file, not a diffusion model")
@@ -155,6 +164,21 @@ def eval_cmd(
     with open_output(output) as out:
         out.write(json.dumps(_finite(result), ensure_ascii=False, allow_nan=False) + "\n")
     _show(result, time.perf_counter() - t_start)
+
+
+def _parse_levels(text: str) -> tuple:
+    """--noise-levels "0.5,0.7" → (0.5, 0.7); "none" or "" → ()."""
+    from tdiff.errors import UsageError
+
+    if text.strip().lower() in ("", "none"):
+        return ()
+    try:
+        levels = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"--noise-levels {text!r}: expected comma-separated numbers in (0, 1), or none") from None
+    if not all(0 < t < 1 for t in levels):
+        raise UsageError(f"--noise-levels {text!r}: each level must be strictly between 0 and 1")
+    return levels
 
 
 def _finite(v):

@@ -37,6 +37,9 @@ class LossTerms:
     mse: torch.Tensor                        # (B,) target MSE on unknown positions, float32, with graph
     t: torch.Tensor                          # (B,) float64 times the rows were noised at
     eps_error: torch.Tensor | None = None    # (B,) Σ ‖ε̂ − ε‖² on unknown positions, detached (when asked)
+    x_t: torch.Tensor | None = None          # (B, N, D) the noisy input, detached (with estimates=True)
+    x0_hat: torch.Tensor | None = None       # (B, N, D) the network's x0 estimate, detached (with estimates=True)
+    alpha: torch.Tensor | None = None        # (B,) float64 α_t (with estimates=True)
 
 
 def stratified_times(b: int, generator, device) -> torch.Tensor:
@@ -67,16 +70,21 @@ def random_cond_mask(b: int, n: int, prob: float, generator, device) -> torch.Te
 
 
 def diffusion_loss(dit, schedule, x0: torch.Tensor, *, target: str, generator, self_condition: bool = False,
-                   cond_prob: float = 0.0, label=None, eps_error: bool = False) -> LossTerms:
+                   cond_prob: float = 0.0, label=None, eps_error: bool = False, t: torch.Tensor | None = None,
+                   estimates: bool = False) -> LossTerms:
     """Per-example denoising loss of DIT on clean latents X0 (B, N, D) (module docstring).
 
-    Random draws, in this order, all from GENERATOR: t (stratified), ε, the known spans
-    (when COND_PROB > 0), the self-conditioning coin (when SELF_CONDITION). With
-    EPS_ERROR the (detached) per-example ε error is returned too, for schedule learning.
+    Random draws, in this order, all from GENERATOR: t (stratified; none when T (B,) is
+    given), ε, the known spans (when COND_PROB > 0), the self-conditioning coin (when
+    SELF_CONDITION). With EPS_ERROR the (detached) per-example ε error is returned too, for
+    schedule learning; with ESTIMATES the noisy input, α_t and the network's x0 estimate.
     """
     b, n, _ = x0.shape
     dev = x0.device
-    t = stratified_times(b, generator, dev)                              # (B,) float64
+    if t is None:
+        t = stratified_times(b, generator, dev)                          # (B,) float64
+    else:
+        t = t.to(device=dev, dtype=torch.float64)
     with torch.no_grad():
         alpha, sigma = schedule.alpha_sigma(t)                           # (B,) float64
     a32, s32 = alpha.float(), sigma.float()
@@ -97,6 +105,9 @@ def diffusion_loss(dit, schedule, x0: torch.Tensor, *, target: str, generator, s
     w = (1 - cond_mask) if cond_mask is not None else torch.ones_like(err[..., :1])   # (B, N, 1) unknown
     mse = (err * w).sum((1, 2)) / (w.sum((1, 2)) * err.shape[-1]).clamp_min(1)       # (B,)
     out = LossTerms(mse=mse, t=t)
+    if estimates:
+        out.x_t, out.alpha = x_t.detach(), alpha
+        out.x0_hat = pred_to_x0(target, pred.detach(), x_t.detach(), a32, s32)
     if eps_error:
         with torch.no_grad():
             e2 = (pred_to_eps(target, pred.detach(), x_t.detach(), a32, s32) - eps) ** 2   # (B, N, D)
