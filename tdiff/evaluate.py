@@ -156,6 +156,15 @@ def denoising(bundle, seqs, device, seed: int = 0, t_samples: int = 4, dtype: st
 NOISE_LEVELS = (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
 
 
+def check_noise_levels(levels) -> tuple:
+    """LEVELS as a tuple of floats, each strictly between 0 and 1; a UsageError naming --noise-levels otherwise."""
+    levels = tuple(float(t) for t in levels)
+    bad = [t for t in levels if not 0 < t < 1]
+    if not levels or bad:
+        raise UsageError(f"--noise-levels: each level must be strictly between 0 and 1 (got {bad or 'none'})")
+    return levels
+
+
 def noise_levels(bundle, seqs, device, levels=NOISE_LEVELS, seed: int = 0, dtype: str = "fp32") -> dict:
     """Where the denoiser adds information: for each noise level t, the held-out latents are noised to
     x_t = α_t x0 + σ_t ε and decoded through the VAE two ways,
@@ -175,20 +184,19 @@ def noise_levels(bundle, seqs, device, levels=NOISE_LEVELS, seed: int = 0, dtype
     from tdiff.latents import encode_latents
     from tdiff.seeds import generator
 
-    bad = [t for t in levels if not 0 < t < 1]
-    if not levels or bad:
-        raise UsageError(f"--noise-levels: each level must be strictly between 0 and 1 (got {bad or 'none'})")
+    levels = check_noise_levels(levels)
     vae, tok = bundle.vae, bundle.tokenizer
     max_len = vae.config.max_len
     lat = encode_latents(vae, seqs, max_len, tok.pad_id, device, batch_size=SCORE_BATCH)   # (M, N, D)
     ids = pad_batch(seqs, max_len, tok.pad_id)                                              # (M, L)
     text = ids != tok.pad_id                                                                # (M, L)
+    n_tok = int(text.sum())
     target = bundle.diffusion.get("target", "v")
     g = generator(seed, 0, "eval", device)
     by_t = {}
     with torch.no_grad(), autocast(device, dtype):
         for lvl in levels:
-            naive_ok = den_ok = 0
+            correct = {"naive": 0, "denoiser": 0}
             loss_sum = 0.0
             for i in range(0, len(lat), SCORE_BATCH):
                 x0 = lat[i:i + SCORE_BATCH]                                                 # (B, N, D)
@@ -198,20 +206,15 @@ def noise_levels(bundle, seqs, device, levels=NOISE_LEVELS, seed: int = 0, dtype
                 a = terms.alpha.to(x0.dtype)[:, None, None]                                 # (B, 1, 1)
                 want = ids[i:i + SCORE_BATCH].to(device)                                    # (B, L)
                 keep = text[i:i + SCORE_BATCH].to(device)                                   # (B, L)
-                for z, which in ((terms.x_t.float() / a, "naive"), (terms.x0_hat.float(), "denoiser")):
+                for which, z in (("naive", terms.x_t.float() / a), ("denoiser", terms.x0_hat.float())):
                     pred = vae.decode(vae.denormalize(z)).argmax(-1)                        # (B, L)
-                    ok = int(((pred == want) & keep).sum())
-                    if which == "naive":
-                        naive_ok += ok
-                    else:
-                        den_ok += ok
+                    correct[which] += int(((pred == want) & keep).sum())
                 loss_sum += float(terms.mse.sum())
-            n_tok = max(1, int(text.sum()))
-            lam = float(bundle.schedule.log_snr(torch.tensor([float(lvl)], dtype=torch.float64, device=device)))
-            by_t[f"{lvl:g}"] = {"log_snr": lam, "naive_accuracy": naive_ok / n_tok,
-                                "denoiser_accuracy": den_ok / n_tok, "gain": (den_ok - naive_ok) / n_tok,
-                                "loss": loss_sum / len(lat)}
-    return {"by_t": by_t, "tokens": int(text.sum()), "sequences": len(seqs), "target": target}
+            acc = {k: v / max(1, n_tok) for k, v in correct.items()}
+            lam = float(bundle.schedule.log_snr(torch.tensor([lvl], dtype=torch.float64, device=device)))
+            by_t[f"{lvl:g}"] = {"log_snr": lam, "naive_accuracy": acc["naive"], "denoiser_accuracy": acc["denoiser"],
+                                "gain": acc["denoiser"] - acc["naive"], "loss": loss_sum / len(lat)}
+    return {"by_t": by_t, "tokens": n_tok, "sequences": len(seqs), "target": target}
 
 
 def _std(xs) -> float:

@@ -93,3 +93,10 @@ def test_training_dump_config_and_ranges(tmp_path):
         r = run_tdiff(["train-vae", "-o", tmp_path / "m", "-t", tmp_path / "t", *bad])
         assert r.returncode == 2, bad
         assert bad[0].encode() in r.stderr and b"Traceback" not in r.stderr
+    for cmd, bad in (("train", ["--cond-prob", "1.5"]), ("train", ["--holdout", "0.95"]),
+                     ("train-ar", ["--dropout", "1"]), ("train-vae", ["--latent-dim", "0"]),
+                     ("train-vae", ["--kl-warmup", "-1"])):
+        need = ["--vae", tmp_path / "v"] if cmd == "train" else ["-t", tmp_path / "t"]
+        r = run_tdiff([cmd, "-o", tmp_path / "m", *need, *bad])
+        assert r.returncode == 2, (cmd, bad)
+        assert bad[0].encode() in r.stderr and b"Traceback" not in r.stderr

@@ -9,7 +9,7 @@ import typer
 
 from tdiff import choices
 from tdiff.commands import common
-from tdiff.evaluate import NOISE_LEVELS            # torch-free module: --help stays fast
+from tdiff.evaluate import NOISE_LEVELS, check_noise_levels   # torch-free module: --help stays fast
 
 MODES_HELP = ("--model with --data (held-out data), --samples (generated texts) or --speed with --model")
 
@@ -173,12 +173,10 @@ def _parse_levels(text: str) -> tuple:
     if text.strip().lower() in ("", "none"):
         return ()
     try:
-        levels = tuple(float(x) for x in text.split(","))
+        levels = [float(x) for x in text.split(",")]
     except ValueError:
         raise UsageError(f"--noise-levels {text!r}: expected comma-separated numbers in (0, 1), or none") from None
-    if not all(0 < t < 1 for t in levels):
-        raise UsageError(f"--noise-levels {text!r}: each level must be strictly between 0 and 1")
-    return levels
+    return check_noise_levels(levels)
 
 
 def _finite(v):

@@ -62,10 +62,10 @@ def _shared_options(d: dict) -> list:
         ("batch_size", int, typer.Option(d.get("batch_size", 64), "--batch-size", min=1,
                                          help="Sequences per micro-batch.")),
     ]
+    types = typing.get_type_hints(LoopConfig)
     for f in option_fields():
         m = f.metadata
-        ann = Literal[m["choices"]] if "choices" in m else f.type
-        ann = {"float": float, "int": int, "str": str}.get(ann, ann) if isinstance(ann, str) else ann
+        ann = Literal[m["choices"]] if "choices" in m else types[f.name]
         name = option_name(f)
         out.append((name, ann, typer.Option(d.get(name, f.default), m["flag"], help=m["help"],
                                             min=m.get("min"), max=m.get("max"))))

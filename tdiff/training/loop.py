@@ -105,7 +105,7 @@ class StepResult:
     loss: float = 0.0            # the logged loss (the step function's "loss" metric, else the objective)
     metrics: dict = field(default_factory=dict)      # the step function's metrics, averaged over micro-batches
     grad_norms: dict = field(default_factory=dict)   # per clip group, before clipping
-    lr: float = 0.0
+    lr: float = 0.0              # the rate the update was made with
 
 
 class Trainer:
@@ -292,7 +292,7 @@ class Trainer:
         self.step += 1
         self._update_ema()
         logged = metrics.pop("loss", objective)
-        return StepResult(ok=True, loss=logged, metrics=metrics,
+        return StepResult(ok=True, loss=logged, metrics=metrics, lr=self.opt.param_groups[0]["lr"],
                           grad_norms={k: float(v) for k, v in norms.items()})
 
     def log_step(self, res: StepResult, logf=None) -> None:
@@ -337,7 +337,7 @@ class Trainer:
         try:
             self.model.train()
             while self.step < cfg.max_steps and not self._stop and not self._out_of_time(t_start):
-                lr = self.set_lr(t_start, progress0)
+                self.set_lr(t_start, progress0)
                 res = self.train_step()
                 if not res.ok:
                     nonfinite += 1
@@ -350,7 +350,6 @@ class Trainer:
                         )
                     continue
                 nonfinite = 0
-                res.lr = lr
                 self.elapsed = elapsed0 + time.time() - t_start
                 self.last_metrics = {"loss": res.loss, **res.metrics}
                 self.log_step(res, logf)

@@ -86,12 +86,12 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
         terms = diffusion_loss(module.dit, module.schedule, x0, target=tc.target, generator=gen,
                                self_condition=tc.self_condition, cond_prob=tc.cond_prob, eps_error=learn_schedule)
         mse = terms.mse.mean()
+        metrics = {"mse": mse.item()}
         if not learn_schedule:
-            return mse, {"mse": mse.item()}, x0.shape[0] * vcfg.max_len
+            return mse, metrics, x0.shape[0] * vcfg.max_len
         var = vdm_variance_loss(module.schedule, terms.t, terms.eps_error)
         reg = module.schedule.regularizer()
-        metrics = {"loss": mse.item(), "mse": mse.item(), "sched_var": var.detach().item(),
-                   "sched_reg": reg.detach().item()}
+        metrics.update(loss=metrics["mse"], sched_var=var.detach().item(), sched_reg=reg.detach().item())
         return mse + var + reg, metrics, x0.shape[0] * vcfg.max_len
 
     clip_groups = {"grad_norm": module.dit.parameters()}
