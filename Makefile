@@ -36,6 +36,7 @@ demo: install
 	DEMO_DIR=$(DEMO_DIR) CORPUS=$(CORPUS) PATH=$(CURDIR)/$(BIN):$$PATH bash examples/demo.sh
 
 bench: install
+	$(BIN)/python -m pip install -e '.[dev,bench]'
 	SHARED=$(SHARED) PATH=$(CURDIR)/$(BIN):$$PATH bash bench/run_all.sh
 
 lint: install

@@ -9,7 +9,8 @@
 #   $OUT/ids.jsonl, held_ids.jsonl
 #   $OUT/vae.safetensors        tiny VAE                                 (VAE_MINUTES)
 #   $OUT/model.safetensors      tiny DiT on its latents                  (DIT_MINUTES)
-#   $OUT/judge/                 GPT-2 judge, train-ar preset tiny        (JUDGE_MINUTES)
+#   $OUT/judge/                 GPT-2 judge, train-ar preset tiny, JUDGE_STEPS steps (decayed to the floor):
+#                               stronger than the baselines it judges; trained once and reused
 #   $OUT/ar/                    GPT-2 baseline with tdiff's parameter count (±10%)  (AR_MINUTES)
 #
 # Usage: bash bench/prepare_songci.sh   (SHARED=../shared, OUT=bench_out/songci)
@@ -20,7 +21,7 @@ MAX_CHARS=${MAX_CHARS:-64}
 VOCAB=${VOCAB:-8000}
 VAE_MINUTES=${VAE_MINUTES:-8}
 DIT_MINUTES=${DIT_MINUTES:-12}
-JUDGE_MINUTES=${JUDGE_MINUTES:-7}
+JUDGE_STEPS=${JUDGE_STEPS:-2500}
 AR_MINUTES=${AR_MINUTES:-6}
 DTYPE=${DTYPE:-bf16}
 SRC="$SHARED/data/songci.txt"
@@ -58,36 +59,15 @@ if [ ! -s "$OUT/model.safetensors" ]; then
   took train
 fi
 if [ ! -s "$OUT/judge/config.json" ]; then
-  t "train-ar judge ($JUDGE_MINUTES min)"
+  t "train-ar judge ($JUDGE_STEPS steps)"
   tdiff train-ar -i "$OUT/ids.jsonl" -t "$OUT/tok.model" -o "$OUT/judge" --preset tiny \
-    --max-steps 100000 --max-minutes "$JUDGE_MINUTES" --dtype "$DTYPE" --device cpu --seed 1 \
+    --max-steps "$JUDGE_STEPS" --dtype "$DTYPE" --device cpu --seed 1 \
     --log "$OUT/judge_metrics.jsonl" --log-every 100 --resume
   took train-ar-judge
 fi
 if [ ! -s "$OUT/ar/config.json" ]; then
   # GPT-2 sized to tdiff's parameter count (VAE + DiT, what sampling runs), within ±10%.
-  read -r NL NE NH < <(python - "$OUT/model.safetensors" <<'PY'
-import sys
-from tdiff.ar import build_model, make_config
-from tdiff.bundle import load_bundle
-
-b = load_bundle(sys.argv[1])
-target = sum(p.numel() for p in b.vae.parameters()) + sum(p.numel() for p in b.dit.parameters())
-V, P = b.tokenizer.vocab_size, b.vae.config.max_len + 2
-
-
-def gpt2_params(nl, ne):  # tied embeddings: wte + wpe + blocks (12 E^2 + 13 E each) + final norm
-    return V * ne + P * ne + nl * (12 * ne * ne + 13 * ne) + 2 * ne
-
-
-cands = [(abs(gpt2_params(nl, ne) / target - 1), nl, ne) for nl in range(2, 9) for ne in range(64, 769, 32)]
-deep = [c for c in cands if c[1] >= 4]                     # prefer at least 4 layers
-err, nl, ne = min(deep) if min(deep)[0] <= 0.1 else min(cands)
-n = sum(p.numel() for p in build_model(make_config(V, P, n_layer=nl, n_embd=ne, n_head=4)).parameters())
-assert abs(n / target - 1) <= 0.1, (n, target)
-print(nl, ne, 4)
-PY
-)
+  read -r NL NE NH < <(python bench/ar_size.py "$OUT/model.safetensors")
   t "train-ar baseline ${NL}x${NE} ($AR_MINUTES min)"
   tdiff train-ar -i "$OUT/ids.jsonl" -t "$OUT/tok.model" -o "$OUT/ar" --n-layer "$NL" --n-embd "$NE" --n-head "$NH" \
     --max-steps 100000 --max-minutes "$AR_MINUTES" --dtype "$DTYPE" --device cpu --seed 2 \

@@ -281,6 +281,24 @@ def heldout_perplexity(model, seqs, max_len: int = 0, device=None, batch_size: i
     return (math.exp(nll / count) if count else float("nan")), nll, count
 
 
+def hidden_states(model, ids, pad_id: int, layer: int):
+    """Frozen features of token ids for representation alignment: the output of block LAYER
+    (0 = embeddings) at each position of IDS (B, L) (padded with PAD_ID, tdiff's pad), fed as
+    [bos] + ids. Causal attention: a position's features depend on it and what precedes it,
+    so right padding changes nothing at text positions. Returns (B, L, n_embd) float32, no grad."""
+    import torch
+
+    bos, mpad = model.config.bos_token_id, model.config.pad_token_id
+    x = torch.where(ids == pad_id, torch.full_like(ids, mpad), ids)                  # (B, L)
+    x = torch.cat([torch.full_like(ids[:, :1], bos), x], dim=1)[:, :model.config.n_positions]   # (B, 1 + L)
+    with torch.no_grad():
+        out = model(input_ids=x, output_hidden_states=True, use_cache=False)
+    h = out.hidden_states[layer][:, 1:].float()                                      # (B, L, H)
+    if h.shape[1] < ids.shape[1]:                                                    # beyond the model's positions
+        h = torch.cat([h, h.new_zeros(h.shape[0], ids.shape[1] - h.shape[1], h.shape[2])], dim=1)
+    return h
+
+
 def judge_nll(model, tok, texts, device=None, batch_size: int = 32, dtype: str = "fp32") -> tuple[float, int]:
     """(summed NLL in nats, scored tokens) of TEXTS under a judge model, re-tokenized with the
     judge's own tokenizer TOK (bos + ids + eos; the ids and the eos are scored).

@@ -57,6 +57,7 @@ class Bundle:
     config: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
     kind: str = "model"
+    timewarp: object = None              # TimeWarp of `train --t-sampling adaptive`, else None
 
     @property
     def latent_shape(self):
@@ -76,14 +77,27 @@ class Bundle:
             x0 = cond_mask * cond_x + (1 - cond_mask) * x0              # known positions stay known
         return x0
 
-    def denoiser(self, label=None, cond_x=None, cond_mask=None):
-        """A solver's `denoise(x_t, t)` closure; carries the self-conditioning state between steps."""
+    def round_x0(self, x0):
+        """Snap normalized latents (B, N, D) to the latents of the tokens they decode to:
+        decoder argmax, then the encoder's posterior mean (Diffusion-LM's "clamping trick",
+        Li et al. 2022 §4.2, through the VAE instead of an embedding table)."""
+        vae = self.vae
+        ids = vae.decode(vae.denormalize(x0)).argmax(-1)                  # (B, L)
+        return vae.normalize(vae.encode(ids)[0]).to(x0.dtype)             # (B, N, D)
+
+    def denoiser(self, label=None, cond_x=None, cond_mask=None, round_x0: bool = False):
+        """A solver's `denoise(x_t, t)` closure; carries the self-conditioning state between steps.
+        With ROUND_X0 every x0 estimate is snapped through the VAE (`round_x0`)."""
         state = {"prev": None}
         use_sc = self.diffusion.get("self_condition", True)
 
         def denoise(x_t, t):
             x0 = self.x0_estimate(x_t, t, self_cond=state["prev"] if use_sc else None,
                                   label=label, cond_x=cond_x, cond_mask=cond_mask)
+            if round_x0:
+                x0 = self.round_x0(x0)
+                if cond_mask is not None and cond_x is not None:
+                    x0 = cond_mask * cond_x + (1 - cond_mask) * x0
             state["prev"] = x0
             return x0
 
@@ -108,5 +122,12 @@ def load_bundle(path, device="cpu", use_ema: bool = True) -> Bundle:
     sched_state = art.sub("schedule")
     if sched_state:
         _load_state(schedule, sched_state, path, "schedule")
+    warp = None
+    if "timewarp" in art.config:
+        from tdiff.diffusion.timewarp import TimeWarp
+
+        warp = TimeWarp(**art.config["timewarp"])
+        _load_state(warp, art.sub("timewarp"), path, "time warp")
     return Bundle(vae=vae, dit=dit.to(device).eval(), schedule=schedule.to(device).eval(), tokenizer=tok,
-                  diffusion=art.config["diffusion"], config=art.config, train=art.train, kind=art.kind)
+                  diffusion=art.config["diffusion"], config=art.config, train=art.train, kind=art.kind,
+                  timewarp=warp)

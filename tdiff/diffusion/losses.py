@@ -38,8 +38,10 @@ class LossTerms:
     t: torch.Tensor                          # (B,) float64 times the rows were noised at
     eps_error: torch.Tensor | None = None    # (B,) Σ ‖ε̂ − ε‖² on unknown positions, detached (when asked)
     x_t: torch.Tensor | None = None          # (B, N, D) the noisy input, detached (with estimates=True)
-    x0_hat: torch.Tensor | None = None       # (B, N, D) the network's x0 estimate, detached (with estimates=True)
+    x0_hat: torch.Tensor | None = None       # (B, N, D) the network's x0 estimate (estimates=True; graph with x0_grad)
     alpha: torch.Tensor | None = None        # (B,) float64 α_t (with estimates=True)
+    unknown: torch.Tensor | None = None      # (B, N, 1) 1 where the position was noised, 0 where known (estimates=True)
+    x0_error: torch.Tensor | None = None     # (B,) mean ‖x̂0 − x0‖² per channel on unknown positions, detached (estimates=True)
 
 
 def stratified_times(b: int, generator, device) -> torch.Tensor:
@@ -71,13 +73,15 @@ def random_cond_mask(b: int, n: int, prob: float, generator, device) -> torch.Te
 
 def diffusion_loss(dit, schedule, x0: torch.Tensor, *, target: str, generator, self_condition: bool = False,
                    cond_prob: float = 0.0, label=None, eps_error: bool = False, t: torch.Tensor | None = None,
-                   estimates: bool = False) -> LossTerms:
+                   estimates: bool = False, x0_grad: bool = False) -> LossTerms:
     """Per-example denoising loss of DIT on clean latents X0 (B, N, D) (module docstring).
 
     Random draws, in this order, all from GENERATOR: t (stratified; none when T (B,) is
     given), ε, the known spans (when COND_PROB > 0), the self-conditioning coin (when
     SELF_CONDITION). With EPS_ERROR the (detached) per-example ε error is returned too, for
-    schedule learning; with ESTIMATES the noisy input, α_t and the network's x0 estimate.
+    schedule learning; with ESTIMATES the noisy input, α_t, the network's x0 estimate (keeping
+    its graph when X0_GRAD, for a loss through the VAE decoder), the unknown-position mask and
+    the per-example x0 error (what :class:`tdiff.diffusion.timewarp.TimeWarp` tracks).
     """
     b, n, _ = x0.shape
     dev = x0.device
@@ -106,8 +110,12 @@ def diffusion_loss(dit, schedule, x0: torch.Tensor, *, target: str, generator, s
     mse = (err * w).sum((1, 2)) / (w.sum((1, 2)) * err.shape[-1]).clamp_min(1)       # (B,)
     out = LossTerms(mse=mse, t=t)
     if estimates:
-        out.x_t, out.alpha = x_t.detach(), alpha
-        out.x0_hat = pred_to_x0(target, pred.detach(), x_t.detach(), a32, s32)
+        out.x_t, out.alpha, out.unknown = x_t.detach(), alpha, w
+        x0_hat = pred_to_x0(target, pred if x0_grad else pred.detach(), x_t.detach(), a32, s32)   # (B, N, D)
+        out.x0_hat = x0_hat
+        with torch.no_grad():
+            e0 = (x0_hat.detach() - x0) ** 2                             # (B, N, D)
+            out.x0_error = (e0 * w).sum((1, 2)) / (w.sum((1, 2)) * e0.shape[-1]).clamp_min(1)   # (B,)
     if eps_error:
         with torch.no_grad():
             e2 = (pred_to_eps(target, pred.detach(), x_t.detach(), a32, s32) - eps) ** 2   # (B, N, D)
@@ -126,3 +134,28 @@ def mean_denoising_loss(dit, schedule, latents: torch.Tensor, *, target: str, ge
         total += float(diffusion_loss(dit, schedule, x0, target=target, generator=generator).mse.sum())
         count += len(x0)
     return total / max(1, count)
+
+
+def decoder_cross_entropy(decode, x0_hat: torch.Tensor, ids: torch.Tensor, unknown: torch.Tensor,
+                          pad_id: int) -> torch.Tensor:
+    """Per-example token cross-entropy (B,) of a frozen decoder on the denoiser's x0 estimate.
+
+    A token-level signal for the denoiser, alongside the latent MSE: the latent regression
+    weighs every channel alike, while what matters is whether the estimate decodes to the
+    right tokens (CDCD's score interpolation, Dieleman et al. 2022 §3.1, trains through a
+    cross-entropy for the same reason; Diffusion-LM's rounding term, Li et al. 2022 eq. 2, is
+    the x0-space analogue). DECODE maps normalized latents (B, N, D) to logits (B, L, V) with
+    L = N·k; IDS (B, L) are the tokens the latents encode; UNKNOWN (B, N, 1) marks the noised
+    latent positions. Counted: text tokens and the first pad (the end-of-text decision) at
+    unknown positions, as the VAE's own reconstruction loss counts them.
+    """
+    import torch.nn.functional as F
+
+    b, L = ids.shape
+    logits = decode(x0_hat).float()                                        # (B, L, V)
+    k = L // unknown.shape[1]
+    lengths = (ids != pad_id).long().cumprod(1).sum(1)                     # (B,) tokens before the first pad
+    counted = torch.arange(L, device=ids.device)[None, :] <= lengths[:, None]           # (B, L)
+    w = counted.float() * unknown[..., 0].repeat_interleave(k, dim=1)       # (B, L)
+    ce = F.cross_entropy(logits.reshape(b * L, -1), ids.reshape(b * L), reduction="none").view(b, L)
+    return (ce * w).sum(1) / w.sum(1).clamp_min(1)                          # (B,)

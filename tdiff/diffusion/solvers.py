@@ -42,16 +42,19 @@ from .schedules import Schedule
 Denoiser = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Callback = Optional[Callable[[int, float, torch.Tensor, torch.Tensor], None]]
 
-TIME_GRIDS = ("uniform", "logsnr")
+TIME_GRIDS = ("uniform", "logsnr", "warp")
 
 
-def time_grid(steps: int, schedule: Optional[Schedule] = None, kind: str = "uniform") -> torch.Tensor:
+def time_grid(steps: int, schedule: Optional[Schedule] = None, kind: str = "uniform", warp=None) -> torch.Tensor:
     """Decreasing float64 grid t_0 = 1 > t_1 > … > t_steps = 0 (length steps + 1).
 
     kind="uniform": uniform in t (the default; with the cosine schedule this is close to
     uniform in the angle, as in Nichol & Dhariwal 2021).
     kind="logsnr": uniform in λ between λ(1) and λ(0) (Lu et al. 2022, DPM-Solver §3.3 "time
     step schedule" uses uniform λ); needs ``schedule``.  The last step goes on to t = 0 (λ = ∞).
+    kind="warp": uniform in the training time warp's CDF (``warp``, a
+    :class:`tdiff.diffusion.timewarp.TimeWarp`): steps are dense where training found the x0
+    error to change fastest (CDCD, Dieleman et al. 2022, uses its warp for sampling the same way).
     """
     try:
         n = operator.index(steps)
@@ -71,6 +74,15 @@ def time_grid(steps: int, schedule: Optional[Schedule] = None, kind: str = "unif
             lams = torch.linspace(float(ends[0]), float(ends[1]), steps + 1, dtype=torch.float64)
             ts = schedule.t_from_log_snr(lams.to(dev)).cpu()
         ts[0], ts[-1] = 1.0, 0.0
+        return ts
+    if kind == "warp":
+        if warp is None:
+            raise ValueError("time_grid(kind='warp') needs the model's time warp (train with --t-sampling adaptive)")
+        ts = warp.inverse(torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64))
+        ts[0], ts[-1] = 1.0, 0.0
+        for i in range(1, steps + 1):                    # strictly decreasing even where the density is flat
+            ts[i] = min(float(ts[i]), float(ts[i - 1]) - 1e-6)
+        ts[-1] = 0.0
         return ts
     raise ValueError(f"unknown time grid {kind!r}; choose one of: {', '.join(TIME_GRIDS)}")
 

@@ -198,7 +198,8 @@ class TextVAE(nn.Module):
         Returns dict: loss (with grad) = rec + beta·kl; rec = weighted token CE (nats);
         kl = free-bits-clamped KL per latent position (nats, summed over channels: the term in
         the loss); kl_raw = unclamped KL; acc = token accuracy over text positions and the first
-        pad; len_acc = fraction of rows whose decoded length is exact. All but loss are detached.
+        pad; len_acc = fraction of rows whose decoded length is exact; mean = the posterior mean
+        (B, N, C), with its graph (for an alignment loss). All but loss and mean are detached.
         """
         mean, logvar = self.encode(ids)  # (B, N, C) each
         z = mean + torch.exp(0.5 * logvar) * torch.randn_like(mean) if sample else mean
@@ -225,7 +226,7 @@ class TextVAE(nn.Module):
             acc = ((pred == ids) & counted).sum().float() / counted.sum()
             len_acc = (text_lengths(pred, self.config.pad_id) == lengths).float().mean()
         return dict(loss=loss, rec=rec.detach(), kl=kl.detach(), kl_raw=kl_dim.sum().detach(),
-                    acc=acc, len_acc=len_acc)
+                    acc=acc, len_acc=len_acc, mean=mean)
 
     # ------------------------------------------------------------ helpers
 

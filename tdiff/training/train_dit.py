@@ -3,7 +3,10 @@
 Latents are the VAE posterior means, normalized by the stored latent mean/std
 (unit variance), computed once into an in-memory cache (tdiff/latents.py). Each
 step is the denoising loss of tdiff/diffusion/losses.py (stratified t, the chosen
-target, self-conditioning, known spans). With `--schedule learned` the objective
+target, self-conditioning, known spans). `--t-sampling adaptive` draws t from the time
+warp of tdiff/diffusion/timewarp.py (stored in the artifact); `--decoder-ce W` adds W times
+the frozen VAE decoder's token cross-entropy on the x0 estimate (gradients flow through the
+decoder into the denoiser; the decoder is not trained). With `--schedule learned` the objective
 adds the schedule's own terms (VDM variance loss and smoothness penalty); they
 train only the schedule, are logged apart from the denoiser's MSE, and the
 schedule's gradient is clipped apart from the denoiser's.
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from tdiff import artifacts, log
 from tdiff import data as D
+from tdiff.choices import T_SAMPLINGS
 from tdiff.errors import UsageError
 from tdiff.latents import encode_latents
 from tdiff.training.loop import LoopConfig, Trainer
@@ -28,18 +32,25 @@ class DiTTrainConfig:
     target: str = "v"                 # x0 | eps | v
     self_condition: bool = True
     cond_prob: float = 0.25           # share of examples trained with a known span
+    t_sampling: str = "uniform"       # uniform | adaptive (CDCD time warping, diffusion/timewarp.py)
+    decoder_ce: float = 0.0           # weight of the frozen decoder's token CE on the x0 estimate
+    d_model: int = 0                  # 0: the preset's width
+    n_layers: int = 0                 # 0: the preset's depth
     batch_size: int = 64
     holdout: float = 0.02
     loop: LoopConfig = field(default_factory=LoopConfig)
 
 
-def _denoiser_module(dit, schedule):
-    """The DiT and the schedule as one nn.Module, so a learned schedule trains (and EMAs) with it."""
+def _denoiser_module(dit, schedule, warp=None):
+    """The DiT and the schedule as one nn.Module, so a learned schedule trains (and EMAs) with it;
+    the time warp's buffers ride along so a checkpoint resumes them exactly."""
     import torch.nn as nn
 
     m = nn.Module()
     m.dit = dit
     m.schedule = schedule
+    if warp is not None:
+        m.warp = warp
     return m
 
 
@@ -49,13 +60,16 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
 
     from tdiff.bundle import load_vae
     from tdiff.device import seed_everything
-    from tdiff.diffusion.losses import diffusion_loss, mean_denoising_loss
+    from tdiff.diffusion.losses import decoder_cross_entropy, diffusion_loss, mean_denoising_loss
     from tdiff.diffusion.schedules import make_schedule, vdm_variance_loss
+    from tdiff.diffusion.timewarp import TimeWarp
     from tdiff.models.dit import PRESETS, DiT, DiTConfig
     from tdiff.seeds import generator
 
     if tc.target not in ("x0", "eps", "v"):
         raise UsageError(f"--target {tc.target!r}: choose x0, eps or v")
+    if tc.t_sampling not in T_SAMPLINGS:
+        raise UsageError(f"--t-sampling {tc.t_sampling!r}: choose one of {', '.join(T_SAMPLINGS)}")
     if tc.preset not in PRESETS:
         raise UsageError(f"--preset {tc.preset!r}: choose one of {', '.join(PRESETS)}")
     vae, tok, vae_art = load_vae(vae_path, device)
@@ -68,11 +82,21 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
         schedule = make_schedule(tc.schedule)
     except ValueError as e:
         raise UsageError(f"--schedule: {e}") from None
-    dit = DiT(DiTConfig(**{**PRESETS[tc.preset], "latent_dim": dz, "max_len": n_lat,
-                           "self_condition": tc.self_condition}))
-    module = _denoiser_module(dit, schedule).to(device)
+    size = {k: v for k, v in (("d_model", tc.d_model), ("n_layers", tc.n_layers)) if v}
+    try:
+        dit = DiT(DiTConfig(**{**PRESETS[tc.preset], **size, "latent_dim": dz, "max_len": n_lat,
+                               "self_condition": tc.self_condition}))
+    except ValueError as e:
+        raise UsageError(f"--d-model/--n-layers: {e}") from None
+    warp = TimeWarp() if tc.t_sampling == "adaptive" else None
+    module = _denoiser_module(dit, schedule, warp).to(device)
+    ids_all = None
+    if tc.decoder_ce > 0:
+        vae.requires_grad_(False)
+        ids_all = D.pad_batch(train.seqs, vcfg.max_len, tok.pad_id).to(device)     # (N, L)
     log.info(f"train: {len(train.seqs):,} sequences → latents {tuple(lat.shape[1:])}, "
-             f"DiT {dit.num_params() / 1e6:.2f}M parameters, schedule {tc.schedule}, target {tc.target}, device {device}")
+             f"DiT {dit.num_params() / 1e6:.2f}M parameters, schedule {tc.schedule}, target {tc.target}, "
+             f"t-sampling {tc.t_sampling}, decoder CE {tc.decoder_ce}, device {device}")
     fingerprint = {"dit": dit.config.to_dict(), "data": data.digest, "vae": vae_art.train.get("data"),
                    "train": asdict(tc) | {"loop": None}}
     gen = generator(tc.loop.seed, 0, "noise", device)                 # t, ε, spans: checkpointed
@@ -83,16 +107,28 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     def step_fn(step):
         idx = next(batches).to(device)
         x0 = lat[idx]                                                   # (B, Lz, Dz)
-        terms = diffusion_loss(module.dit, module.schedule, x0, target=tc.target, generator=gen,
-                               self_condition=tc.self_condition, cond_prob=tc.cond_prob, eps_error=learn_schedule)
+        t = warp.sample(len(idx), gen, device) if warp is not None else None
+        terms = diffusion_loss(module.dit, module.schedule, x0, target=tc.target, generator=gen, t=t,
+                               self_condition=tc.self_condition, cond_prob=tc.cond_prob, eps_error=learn_schedule,
+                               estimates=True, x0_grad=ids_all is not None)
         mse = terms.mse.mean()
-        metrics = {"mse": mse.item()}
+        objective, metrics = mse, {"mse": mse.item(), "x0_error": terms.x0_error.mean().item()}
+        progress = terms.x0_error                                           # (B,) what the time warp follows
+        if ids_all is not None:
+            ce_rows = decoder_cross_entropy(lambda z: vae.decode(vae.denormalize(z)), terms.x0_hat, ids_all[idx],
+                                            terms.unknown, tok.pad_id)     # (B,) frozen decoder, graph to the DiT
+            ce = ce_rows.mean()
+            objective = objective + tc.decoder_ce * ce
+            metrics.update(loss=metrics["mse"], decoder_ce=ce.item())
+            progress = ce_rows.detach()
+        if warp is not None:
+            warp.update(terms.t, progress)
         if not learn_schedule:
-            return mse, metrics, x0.shape[0] * vcfg.max_len
+            return objective, metrics, x0.shape[0] * vcfg.max_len
         var = vdm_variance_loss(module.schedule, terms.t, terms.eps_error)
         reg = module.schedule.regularizer()
         metrics.update(loss=metrics["mse"], sched_var=var.detach().item(), sched_reg=reg.detach().item())
-        return mse + var + reg, metrics, x0.shape[0] * vcfg.max_len
+        return objective + var + reg, metrics, x0.shape[0] * vcfg.max_len
 
     clip_groups = {"grad_norm": module.dit.parameters()}
     if learn_schedule:
@@ -107,7 +143,8 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
         return summary
     # held-out denoising loss with the EMA weights
     ema = trainer.ema_state_dict()
-    eval_mod = _denoiser_module(DiT(dit.config), make_schedule(**schedule.config())).to(device)
+    eval_mod = _denoiser_module(DiT(dit.config), make_schedule(**schedule.config()),
+                                TimeWarp(**warp.config()) if warp is not None else None).to(device)
     eval_mod.load_state_dict(ema)
     if held.seqs:
         hl = encode_latents(vae, held.seqs, vcfg.max_len, tok.pad_id, device)
@@ -121,6 +158,9 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     tensors.update({f"schedule.{k[9:]}": v for k, v in ema.items() if k.startswith("schedule.")})
     config = {"vae": vcfg.to_dict(), "dit": dit.config.to_dict(), "schedule": schedule.config(),
               "diffusion": {"target": tc.target, "self_condition": tc.self_condition}}
+    if warp is not None:                     # the measured error curve (raw, not EMA-averaged)
+        tensors.update({f"timewarp.{k}": v for k, v in warp.state_dict().items()})
+        config["timewarp"] = warp.config()
     artifacts.save_artifact(output, tensors, "model", config=config,
                      train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc),
                             "vae_train": vae_art.train},

@@ -1,4 +1,13 @@
-"""Train the text VAE and write a self-contained `vae` artifact (tokenizer and latent statistics inside)."""
+"""Train the text VAE and write a self-contained `vae` artifact (tokenizer and latent statistics inside).
+
+With `--align DIR` (a `tdiff train-ar` directory made with the same tokenizer) the latents are
+also aligned to a frozen language model, REPA-style (Yu et al. 2025, "Representation alignment
+for generation", eq. 3, here on the VAE's latents as in latent text diffusion with a pretrained
+encoder): a linear probe from each posterior mean to the LM's features at the middle block
+(averaged over the latent's tokens) is trained with the VAE, and
+`--align-weight` × (1 − cosine similarity) over text positions joins the loss. The probe
+exists only in training; the VAE artifact is the same kind of file as without it.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +30,11 @@ class VAETrainConfig:
     beta: float = 1e-3             # KL weight after warm-up
     kl_warmup: int = 500           # steps of linear β warm-up from 0
     free_bits: float = 0.1         # nats per latent dimension
+    latent_noise: float = 0.1      # decoder-input noise in training, relative to each channel's spread
+    d_model: int = 0               # 0: the preset's width
+    n_layers: int = 0              # 0: the preset's encoder (and decoder) depth
+    align: str = ""                # train-ar directory to align the latents to ("": off)
+    align_weight: float = 0.5      # weight of 1 − cos(probe(latent), LM features)
     batch_size: int = 64
     holdout: float = 0.02
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -40,9 +54,45 @@ def build_vae(tc: VAETrainConfig, vocab_size: int, pad_id: int, max_len: int):
         raise UsageError(f"--preset {tc.preset!r}: choose one of {', '.join(PRESETS)}")
     if tc.latent_stride not in (1, 2, 4):
         raise UsageError("--latent-stride must be 1, 2 or 4")
-    cfg = VAEConfig(**{**PRESETS[tc.preset], "vocab_size": vocab_size, "max_len": max_len,
-                       "latent_dim": tc.latent_dim, "latent_stride": tc.latent_stride, "pad_id": pad_id})
+    size = {k: v for k, v in (("d_model", tc.d_model), ("n_layers", tc.n_layers)) if v}
+    try:
+        cfg = VAEConfig(**{**PRESETS[tc.preset], **size, "vocab_size": vocab_size, "max_len": max_len,
+                           "latent_dim": tc.latent_dim, "latent_stride": tc.latent_stride, "pad_id": pad_id,
+                           "latent_noise": tc.latent_noise})
+    except ValueError as e:
+        raise UsageError(f"--d-model/--n-layers: {e}") from None
     return TextVAE(cfg)
+
+
+def _with_aligner(vae, tok, tc: VAETrainConfig, device):
+    """(module to train, alignment loss or None): without --align the VAE itself; with it, the VAE
+    and the probe as one module, and align(ids (B, L), mean (B, N, C)) -> scalar 1 − mean cosine."""
+    if not tc.align:
+        return vae, None
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    from tdiff.ar import hidden_states, load_ar
+
+    lm, lm_tok = load_ar(tc.align, device)
+    if lm_tok.to_bytes() != tok.to_bytes():
+        raise UsageError(f"--align {tc.align}: its tokenizer differs from --tokenizer (align to a model "
+                         "trained on the same token ids)")
+    lm.requires_grad_(False)
+    layer = max(1, lm.config.n_layer // 2)
+    module = nn.Module()
+    module.vae = vae
+    module.probe = nn.Linear(vae.config.latent_dim, lm.config.n_embd).to(device)
+    k, pad = vae.config.latent_stride, tok.pad_id
+
+    def align(ids, mean):
+        b, L = ids.shape
+        h = hidden_states(lm, ids, pad, layer).view(b, L // k, k, -1).mean(2)       # (B, N, H)
+        text = (ids != pad).view(b, L // k, k).any(-1).float()                     # (B, N)
+        cos = F.cosine_similarity(module.probe(mean.float()), h, dim=-1)           # (B, N)
+        return ((1 - cos) * text).sum() / text.sum().clamp_min(1)
+
+    return module, align
 
 
 def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig, device,
@@ -61,15 +111,21 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
              f"{sum(p.numel() for p in vae.parameters()) / 1e6:.2f}M parameters, device {device}")
     fingerprint = {"vae": vae.config.to_dict(), "data": data.digest, "train": asdict(tc) | {"loop": None}}
     batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed)
+    module, align = _with_aligner(vae, tok, tc, device)
 
     def step_fn(step):
         idx = next(batches)
         ids = D.pad_batch([train.seqs[i] for i in idx], max_len, tok.pad_id).to(device)  # (B, L)
         beta = tc.beta * min(1.0, step / max(1, tc.kl_warmup))
         out = vae(ids, beta=beta, free_bits=tc.free_bits)
-        return out["loss"], {"rec": out["rec"].item(), "kl": out["kl"].item(), "acc": out["acc"].item()}, ids.numel()
+        metrics = {"rec": out["rec"].item(), "kl": out["kl"].item(), "acc": out["acc"].item()}
+        if align is None:
+            return out["loss"], metrics, ids.numel()
+        a = align(ids, out["mean"])
+        metrics["align_cos"] = 1 - a.item()
+        return out["loss"] + tc.align_weight * a, metrics, ids.numel()
 
-    trainer = Trainer(vae, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path, fingerprint=fingerprint)
+    trainer = Trainer(module, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path, fingerprint=fingerprint)
     if resume:
         trainer.resume()
         batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed, start_step=trainer.step * tc.loop.grad_accum)
@@ -77,7 +133,8 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
     if summary["interrupted"]:
         log.info(f"interrupted: checkpoint at {ckpt_path}; rerun with --resume to continue")
         return summary
-    vae.load_state_dict(trainer.ema_state_dict())
+    ema = trainer.ema_state_dict()
+    vae.load_state_dict({k[4:]: v for k, v in ema.items() if k.startswith("vae.")} if align is not None else ema)
     mean, std = latent_stats(vae, train.seqs, max_len, tok.pad_id, device)
     vae.set_latent_stats(mean.to(device), std.to(device))
     metrics = reconstruction_metrics(vae, held.seqs or train.seqs[:256], max_len, tok.pad_id, device)

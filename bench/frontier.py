@@ -1,0 +1,208 @@
+"""Quality at equal diversity: the quality–diversity frontier of tdiff models and AR baselines.
+
+A lower judge perplexity bought with a lower entropy is not progress. So every system is
+swept over one decoding knob (tdiff: the VAE decoder's sampling temperature, 0 = greedy;
+AR: the sampling temperature) and each point is scored by the same judge: judge perplexity
+(per judge token) against character unigram entropy. The figure of merit is each system's
+judge PPL *at the real text's entropy*, read off its frontier by linear interpolation of
+ln PPL between the two knob points that bracket the real entropy (null when the sweep does
+not bracket it: widen the sweep), and q = ln(PPL/PPL_real) / ln(PPL_shuffled/PPL_real) there.
+
+Every point also counts empty samples and samples with U+FFFD and reports the mean length.
+Systems are given as NAME=PATH (a tdiff `model.safetensors` or a `train-ar` directory); the
+same NAME given several times is several seeds of one system, summarized as mean, min, max.
+
+Usage:
+  python bench/frontier.py --judge bench_out/songci/judge --real bench_out/songci/held.jsonl \\
+      --system tdiff=run0/model.safetensors --system tdiff=run1/model.safetensors \\
+      --system ar=run0/ar --system ar=run1/ar --plot bench_out/frontier.png > frontier.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def log(msg: str) -> None:
+    print(f"frontier: {msg}", file=sys.stderr, flush=True)
+
+
+def at_entropy(points: list[dict], h: float) -> float | None:
+    """ln-linear interpolation of judge PPL at entropy H over POINTS [{"char_entropy", "judge_ppl"}].
+
+    Uses the two points adjacent in entropy that bracket H (the frontier sorted by entropy);
+    None when no pair brackets H."""
+    pts = sorted((p["char_entropy"], math.log(p["judge_ppl"])) for p in points)
+    for (h0, l0), (h1, l1) in zip(pts, pts[1:]):
+        if h0 <= h <= h1:
+            w = 0.0 if h1 == h0 else (h - h0) / (h1 - h0)
+            return math.exp(l0 + w * (l1 - l0))
+    return None
+
+
+def spread(xs: list[float]) -> dict:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return {"mean": None, "min": None, "max": None, "n": 0}
+    return {"mean": round(sum(xs) / len(xs), 4), "min": round(min(xs), 4), "max": round(max(xs), 4), "n": len(xs)}
+
+
+class Judge:
+    def __init__(self, path, dtype: str):
+        from tdiff.ar import load_ar
+
+        self.model, self.tok = load_ar(path)
+        self.dtype = dtype
+
+    def ppl(self, texts: list[str]) -> float:
+        from tdiff.ar import judge_nll
+        from tdiff.metrics import ppl
+
+        nll, n = judge_nll(self.model, self.tok, texts, batch_size=64, dtype=self.dtype)
+        return ppl(nll, n)
+
+
+def describe(texts: list[str], judge: Judge) -> dict:
+    from tdiff.metrics import unigram_entropy
+
+    return {"judge_ppl": round(judge.ppl(texts), 3),
+            "char_entropy": round(unigram_entropy([list(t) for t in texts]), 4),
+            "mean_chars": round(sum(map(len, texts)) / max(1, len(texts)), 2),
+            "empty": sum(not t.strip() for t in texts),
+            "replacement_char": sum("\ufffd" in t for t in texts)}
+
+
+def system_texts(path: Path, knob: float, num: int, seed: int, steps: int, solver: str, dtype: str,
+                 cache: dict, tdiff_knob: str = "top_p") -> list[str]:
+    """NUM samples of the system at PATH with decoding knob KNOB (AR: temperature; tdiff: TDIFF_KNOB)."""
+    from tdiff.ar import generate_ar, is_ar_dir, load_ar
+
+    if is_ar_dir(path):
+        if path not in cache:
+            cache[path] = load_ar(path)
+        model, tok = cache[path]
+        return [r["text"] for r in generate_ar(model, tok, num, batch_size=64, temperature=knob, seed=seed,
+                                               dtype=dtype)]
+    from tdiff.bundle import load_bundle
+    from tdiff.sample import SampleOptions, generate
+
+    if path not in cache:
+        cache[path] = load_bundle(path)
+    if tdiff_knob == "top_p":                           # p = 0: greedy; else temperature 1 within the nucleus
+        dec = {"temperature": 1.0 if knob > 0 else 0.0, "top_p": knob if knob > 0 else 1.0}
+    else:
+        dec = {"temperature": knob}
+    opts = SampleOptions(num=num, batch_size=64, steps=steps, solver=solver, seed=seed, dtype=dtype, **dec)
+    return [r["text"] for r in generate(cache[path], opts, "cpu")]
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    colors = {}
+    for run in result["runs"]:
+        first = run["system"] not in colors
+        c = colors.setdefault(run["system"], f"C{len(colors)}")
+        pts = sorted(run["points"], key=lambda p: p["char_entropy"])
+        ax.plot([p["char_entropy"] for p in pts], [p["judge_ppl"] for p in pts], "o-", color=c, alpha=0.8,
+                label=run["system"] if first else None)
+        for p in pts:
+            ax.annotate(f"{p['knob']:g}", (p["char_entropy"], p["judge_ppl"]), fontsize=6, color=c,
+                        textcoords="offset points", xytext=(3, 3))
+    real = result["real"]
+    ax.axvline(real["char_entropy"], color="grey", ls="--", lw=0.8)
+    ax.plot([real["char_entropy"]], [real["judge_ppl"]], "k*", ms=10, label="real held-out")
+    ax.set_yscale("log")
+    ax.set_xlabel("character unigram entropy (nats)  [higher = more diverse]")
+    ax.set_ylabel("judge perplexity  [lower = reads better]")
+    ax.set_title(result.get("title") or "quality–diversity frontier (tdiff: decoder top-p; AR: temperature)",
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp)
+    tmp.replace(path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--judge", required=True, type=Path)
+    ap.add_argument("--real", required=True, type=Path, help="held-out text JSONL ({'text': ...})")
+    ap.add_argument("--system", action="append", default=[], help="NAME=PATH (repeat; same NAME = seeds)")
+    ap.add_argument("--tdiff-knob", default="top_p", choices=["top_p", "temperature"])
+    ap.add_argument("--tdiff-knobs", default="0,0.5,0.8,0.9,0.95,1.0", help="decoder top-p (or temperatures)")
+    ap.add_argument("--ar-knobs", default="0.7,0.85,1.0,1.15", help="AR sampling temperatures")
+    ap.add_argument("--num", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--solver", default="dpm")
+    ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--plot", type=Path)
+    ap.add_argument("--title", default="")
+    ap.add_argument("--threads", type=int, default=0)
+    args = ap.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from tdiff.ar import is_ar_dir
+    from tdiff.metrics import q_position, shuffle_chars
+
+    judge = Judge(args.judge, args.dtype)
+    with open(args.real, encoding="utf-8") as f:
+        held = [json.loads(line)["text"] for line in f if line.strip()]
+    real = random.Random(args.seed).sample(held, min(args.num, len(held)))
+    result = {"num": args.num, "seed": args.seed, "steps": args.steps, "solver": args.solver, "title": args.title,
+              "tdiff_knob": args.tdiff_knob,
+              "real": describe(real, judge), "shuffled": describe(shuffle_chars(real, seed=args.seed), judge)}
+    r_ppl, s_ppl, h_real = result["real"]["judge_ppl"], result["shuffled"]["judge_ppl"], result["real"]["char_entropy"]
+    runs, cache, examples = [], {}, {}
+    for spec in args.system:
+        name, _, p = spec.partition("=")
+        path = Path(p)
+        ar = is_ar_dir(path)
+        knobs = [float(k) for k in (args.ar_knobs if ar else args.tdiff_knobs).split(",") if k]
+        points = []
+        for k in knobs:
+            t0 = time.perf_counter()
+            texts = system_texts(path, k, args.num, args.seed, args.steps, args.solver, args.dtype, cache,
+                                 args.tdiff_knob)
+            d = describe(texts, judge) | {"knob": k, "sample_s": round(time.perf_counter() - t0, 2)}
+            d["q"] = round(q_position(d["judge_ppl"], r_ppl, s_ppl), 4)
+            points.append(d)
+            examples.setdefault(f"{name} {path} knob {k:g}", texts[:5])
+            log(f"{name} {path} knob {k:g}: PPL {d['judge_ppl']:.1f} entropy {d['char_entropy']:.3f} "
+                f"(real {h_real:.3f}) length {d['mean_chars']} empty {d['empty']}")
+        ppl_at = at_entropy(points, h_real)
+        runs.append({"system": name, "path": str(path), "kind": "ar" if ar else "tdiff", "points": points,
+                     "ppl_at_real_entropy": None if ppl_at is None else round(ppl_at, 3),
+                     "q_at_real_entropy": None if ppl_at is None else round(q_position(ppl_at, r_ppl, s_ppl), 4)})
+    result["runs"] = runs
+    summary = {}
+    for name in dict.fromkeys(r["system"] for r in runs):
+        rs = [r for r in runs if r["system"] == name]
+        summary[name] = {"ppl_at_real_entropy": spread([r["ppl_at_real_entropy"] for r in rs]),
+                         "q_at_real_entropy": spread([r["q_at_real_entropy"] for r in rs])}
+    result["summary"] = summary
+    result["examples"] = examples
+    if args.plot:
+        plot(result, args.plot)
+        log(f"wrote {args.plot}")
+    print(json.dumps(result, ensure_ascii=False, indent=1))
+
+
+if __name__ == "__main__":
+    main()
