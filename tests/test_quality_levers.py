@@ -249,3 +249,29 @@ def test_text_ends_where_the_pads_begin_and_stray_pads_are_dropped():
     assert trim_ids([1, 5, 2, 6], tok) == [5, 6]                          # no pads: the whole row
     assert trim_ids([3, 3, 3, 5], tok) == []
     assert trim_ids([5, 3, 6, 3, 3, 7], tok, end_run=2) == [5, 6]
+
+
+def test_frontier_bench_end_to_end(work, tmp_path):
+    """bench/frontier.py on a tiny model and a tiny AR model: JSON with every point, the
+    interpolated figure (or null), empties counted, seeds summarized."""
+    import subprocess
+
+    lm = tmp_path / "lm"
+    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layer", "1",
+                   "--n-embd", "32", "--n-head", "2", "--max-steps", "2", "--batch-size", "8", *TINY])
+    assert r.returncode == 0, r.stderr.decode()
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "frontier.py"), "--judge", str(lm), "--real",
+                        str(work / "text.jsonl"), "--system", f"td={work / 'model.safetensors'}",
+                        "--system", f"td={work / 'model.safetensors'}", "--system", f"ar={lm}", "--num", "6",
+                        "--tdiff-knobs", "0,1.0", "--ar-knobs", "0.5,1.5", "--steps", "2"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert [r["system"] for r in out["runs"]] == ["td", "td", "ar"]
+    for run in out["runs"]:
+        assert len(run["points"]) == 2
+        for pt in run["points"]:
+            assert pt["judge_ppl"] > 0 and pt["empty"] >= 0 and pt["replacement_char"] >= 0
+    assert out["summary"]["td"]["ppl_at_real_entropy"]["n"] in (0, 2)
+    strip = lambda pts: [{k: v for k, v in p.items() if k != "sample_s"} for p in pts]  # noqa: E731
+    assert strip(out["runs"][0]["points"]) == strip(out["runs"][1]["points"])   # same model and seed: same figures
