@@ -64,8 +64,9 @@ class Bundle:
         c = self.dit.config
         return (c.max_len, c.latent_dim)
 
-    def x0_estimate(self, x_t, t, self_cond=None, label=None, cond_x=None, cond_mask=None):
-        """Network output → x0 estimate. x_t (B, N, D); t float (B,) in [0, 1]."""
+    def x0_estimate(self, x_t, t, self_cond=None, label=None, cond_x=None, cond_mask=None, round_x0=False):
+        """Network output → x0 estimate. x_t (B, N, D); t float (B,) in [0, 1]. With ROUND_X0 the
+        estimate is snapped through the VAE (`round_x0`) before known positions are restored."""
         from tdiff.diffusion.process import pred_to_x0
 
         alpha, sigma = self.schedule.alpha_sigma(t.double())           # (B,), float64
@@ -73,6 +74,8 @@ class Bundle:
         pred = self.dit(x_t, tt, self_cond=self_cond, label=label, cond_x=cond_x, cond_mask=cond_mask)
         x0 = pred_to_x0(self.diffusion["target"], pred.to(x_t.dtype), x_t,
                         alpha.to(x_t.dtype), sigma.to(x_t.dtype))
+        if round_x0:
+            x0 = self.round_x0(x0)
         if cond_mask is not None and cond_x is not None:
             x0 = cond_mask * cond_x + (1 - cond_mask) * x0              # known positions stay known
         return x0
@@ -93,11 +96,7 @@ class Bundle:
 
         def denoise(x_t, t):
             x0 = self.x0_estimate(x_t, t, self_cond=state["prev"] if use_sc else None,
-                                  label=label, cond_x=cond_x, cond_mask=cond_mask)
-            if round_x0:
-                x0 = self.round_x0(x0)
-                if cond_mask is not None and cond_x is not None:
-                    x0 = cond_mask * cond_x + (1 - cond_mask) * x0
+                                  label=label, cond_x=cond_x, cond_mask=cond_mask, round_x0=round_x0)
             state["prev"] = x0
             return x0
 
