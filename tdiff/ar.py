@@ -31,6 +31,7 @@ FORMAT = 1
 KIND = "ar"
 META_FILE = "tdiff.json"
 TOKENIZER_FILE = "tok.model"
+WEIGHTS_FILE = "model.safetensors"     # the only weights read: never a pickled pytorch_model.bin
 MAX_POSITIONS = 1024
 
 # (n_layer, n_embd, n_head). base is a 6×512 GPT-2: ~23M parameters with an 8k vocabulary
@@ -128,7 +129,7 @@ def check_ar_dir(path) -> dict:
     hint = "give the directory written by `tdiff train-ar -o DIR`"
     if not p.is_dir():
         raise DataError(f"'{p}' is a file, not an AR model directory; {hint}")
-    for name in (META_FILE, "config.json", TOKENIZER_FILE):
+    for name in (META_FILE, "config.json", TOKENIZER_FILE, WEIGHTS_FILE):
         if not (p / name).is_file():
             raise DataError(f"'{p}' has no {name}, so it is not a tdiff AR model directory; {hint}")
     meta = read_meta(p)
@@ -148,12 +149,12 @@ def load_ar(path, device="cpu"):
 
     check_ar_dir(path)
     p = Path(path)
-    tok = Tokenizer.load(p / TOKENIZER_FILE)
+    tok = Tokenizer.load(p / TOKENIZER_FILE, hint="the AR model directory is damaged; train it again with `tdiff train-ar`")
     from transformers import AutoModelForCausalLM
 
     try:
         with quiet_transformers():
-            model = AutoModelForCausalLM.from_pretrained(str(p), local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(str(p), local_files_only=True, use_safetensors=True)
     except Exception as e:  # OSError, ValueError, safetensors errors: all mean a broken directory
         msg = str(e).strip().splitlines()
         raise DataError(f"'{p}': cannot load the transformers model ({msg[0] if msg else type(e).__name__})") from None

@@ -84,15 +84,22 @@ def read_metadata(path) -> dict:
     p = Path(path)
     if not p.exists():
         raise NoInputError(f"model file '{p}' does not exist")
+    if p.is_dir():
+        raise DataError(f"'{p}' is a directory, not a model file (a .safetensors file written by tdiff)")
     try:
         with open(p, "rb") as f:
             n = struct.unpack("<Q", f.read(8))[0]
             if n <= 0 or n > 100_000_000:
                 raise ValueError
             header = json.loads(f.read(n))
-    except (ValueError, struct.error, UnicodeDecodeError):
+    except (ValueError, struct.error, UnicodeDecodeError, RecursionError):
         raise DataError(f"{p}: not a safetensors file") from None
-    return header.get("__metadata__") or {}
+    if not isinstance(header, dict):
+        raise DataError(f"{p}: not a safetensors file (its header is not a JSON object)")
+    meta = header.get("__metadata__") or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise DataError(f"{p}: not a safetensors file (bad __metadata__)")
+    return meta
 
 
 def load_artifact(path, expect=None, device="cpu") -> Artifact:
@@ -124,13 +131,27 @@ def load_artifact(path, expect=None, device="cpu") -> Artifact:
         raise DataError(f"{path}: cannot read tensors ({e})") from None
     tok = meta.get("tokenizer")
     known = {"tdiff.format", "tdiff.kind", "config", "train", "tokenizer", "tokenizer.meta"}
+
+    def field_json(name):
+        try:
+            v = json.loads(meta.get(name, "{}"))
+        except (ValueError, RecursionError):
+            raise DataError(f"{path}: its '{name}' metadata is not valid JSON") from None
+        if not isinstance(v, dict):
+            raise DataError(f"{path}: its '{name}' metadata is not a JSON object")
+        return v
+
+    try:
+        tok_bytes = base64.b64decode(tok, validate=True) if tok else None
+    except ValueError:  # binascii.Error
+        raise DataError(f"{path}: its tokenizer metadata is not valid base64") from None
     return Artifact(
         kind=kind,
         tensors=tensors,
-        config=json.loads(meta.get("config", "{}")),
-        train=json.loads(meta.get("train", "{}")),
-        tokenizer=base64.b64decode(tok) if tok else None,
-        tokenizer_meta=json.loads(meta.get("tokenizer.meta", "{}")),
+        config=field_json("config"),
+        train=field_json("train"),
+        tokenizer=tok_bytes,
+        tokenizer_meta=field_json("tokenizer.meta"),
         extra={k: v for k, v in meta.items() if k not in known},
         path=str(path),
     )

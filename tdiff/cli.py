@@ -13,7 +13,7 @@ import sys
 import typer
 
 from tdiff import __version__
-from tdiff.errors import EXIT_FAILURE, TdiffError
+from tdiff.errors import EXIT_FAILURE, EXIT_IOERR, EXIT_SIGTERM, TdiffError
 
 app = typer.Typer(
     name="tdiff",
@@ -58,17 +58,44 @@ def _quiet_broken_pipe() -> None:
         pass
 
 
+class _Terminated(BaseException):
+    """SIGTERM outside training, raised so that cleanups (temp files) run before exit 143."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
+def _invoke(argv):
+    """Parse ARGV and run the subcommand; its return value, or the code of an explicit exit.
+
+    Click's own main loop is bypassed on purpose: it turns a closed stdout pipe (EPIPE) into
+    exit 1 before we can see it, and `tdiff … | head` must exit 0."""
+    cmd = typer.main.get_command(app)
+    try:
+        with cmd.make_context("tdiff", list(sys.argv[1:] if argv is None else argv)) as ctx:
+            return cmd.invoke(ctx)
+    except typer.Exit as e:  # --help, --version, --dump-config
+        return e.exit_code
+
+
 def main(argv: list[str] | None = None) -> None:
+    import signal
+
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(encoding="utf-8")
         except (AttributeError, ValueError):
             pass
     try:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (an embedding program): leave signals alone
+        pass
+    try:
         try:
             # standalone_mode=False: errors reach us, so a closed pipe exits 0 quietly
             # instead of click's exit 1, whatever the command.
-            rv = app(args=argv, prog_name="tdiff", standalone_mode=False)
+            rv = _invoke(argv)
         finally:
             sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -81,9 +108,17 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.stderr.write("tdiff: interrupted\n")
         sys.exit(130)
+    except _Terminated:
+        sys.stderr.write("tdiff: terminated\n")
+        sys.exit(EXIT_SIGTERM)
     except MemoryError:
         sys.stderr.write("tdiff: error: out of memory (try a smaller --batch-size)\n")
         sys.exit(EXIT_FAILURE)
+    except OSError as e:  # a full disk, a vanished folder: one line, exit 74
+        where = f": {e.filename}" if getattr(e, "filename", None) else ""
+        sys.stderr.write(f"tdiff: error: {e.strerror or e}{where}\n")
+        _quiet_broken_pipe()  # stdout may hold unwritable bytes: do not retry them at exit
+        sys.exit(EXIT_IOERR)
     except Exception as e:
         if hasattr(e, "show") and hasattr(e, "exit_code"):  # click's usage errors: message, exit 2
             e.show()

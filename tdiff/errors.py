@@ -2,7 +2,9 @@
 
 Exit codes (sysexits-style, documented in man/tdiff.1):
   0 success, 1 anything else, 2 usage error, 65 bad input data (EX_DATAERR),
-  66 input file missing (EX_NOINPUT).
+  66 input file missing (EX_NOINPUT), 73 output cannot be created (EX_CANTCREAT),
+  74 read or write failed, e.g. a full disk (EX_IOERR), 130 / 143 interrupted by
+  SIGINT / SIGTERM (a training checkpoint is written first).
 """
 
 EXIT_OK = 0
@@ -10,6 +12,10 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_DATAERR = 65
 EXIT_NOINPUT = 66
+EXIT_CANTCREAT = 73
+EXIT_IOERR = 74
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
 
 
 class TdiffError(Exception):
@@ -39,3 +45,18 @@ class NoInputError(TdiffError):
     """An input file that does not exist (exit 66)."""
 
     exit_code = EXIT_NOINPUT
+
+
+class OutputError(TdiffError):
+    """An output that cannot be created: a directory, a missing or read-only place (exit 73)."""
+
+    exit_code = EXIT_CANTCREAT
+
+
+class Interrupted(TdiffError):
+    """Stopped by a signal (exit 130 for SIGINT, 143 for SIGTERM), after saving what can be saved."""
+
+    def __init__(self, message: str, signum: int):
+        import signal
+
+        super().__init__(message, EXIT_SIGTERM if signum == signal.SIGTERM else EXIT_SIGINT)

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import stat
 import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
-from tdiff.errors import DataError, NoInputError
+from tdiff.errors import DataError, NoInputError, OutputError
 
 
 def is_std(path) -> bool:
@@ -86,13 +89,50 @@ def iter_jsonl(path, strict: bool = True, stats: DecodeStats | None = None) -> I
     for n, line in iter_lines(path, strict=strict, stats=stats):
         if not line.strip():
             continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{name}:{n}: malformed JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(rec, dict):
-            raise DataError(f"{name}:{n}: expected a JSON object, got {type(rec).__name__}")
-        yield n, rec
+        yield n, parse_json(line, n, name, strict, stats)
+
+
+def parse_json(line: str, n: int, name: str, strict: bool = True, stats: DecodeStats | None = None) -> dict:
+    """The JSON object on line N of NAME; DataError naming NAME:N for malformed JSON, a non-object,
+    nesting too deep or numbers too long to read. A lone surrogate escape (\\ud800 alone: not
+    valid Unicode) is an error when STRICT, else replaced by U+FFFD and counted in STATS."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{name}:{n}: malformed JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise DataError(f"{name}:{n}: JSON nested too deeply") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise DataError(f"{name}:{n}: unreadable JSON ({str(e).splitlines()[0][:80]})") from None
+    if not isinstance(rec, dict):
+        raise DataError(f"{name}:{n}: expected a JSON object, got {type(rec).__name__}")
+    if "\\u" in line:  # only a \u escape can make a lone surrogate (not valid Unicode)
+        fixed = _repair_surrogates(rec)
+        if fixed is not rec:
+            if strict:
+                raise DataError(f"{name}:{n}: a string holds a lone surrogate escape (\\ud800–\\udfff), "
+                                "which is not valid Unicode")
+            rec = fixed
+            if stats is not None:
+                stats.bad_lines += 1
+                stats.first_bad_line = stats.first_bad_line or n
+    return rec
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _repair_surrogates(v):
+    """V with lone surrogates in its strings replaced by U+FFFD; V itself when it has none."""
+    if isinstance(v, str):
+        return _SURROGATE.sub("\ufffd", v) if _SURROGATE.search(v) else v
+    if isinstance(v, list):
+        new = [_repair_surrogates(x) for x in v]
+        return v if all(a is b for a, b in zip(new, v)) else new
+    if isinstance(v, dict):
+        new = {_repair_surrogates(k): _repair_surrogates(x) for k, x in v.items()}
+        return v if all(a is b for a, b in zip(new.values(), v.values())) and list(new) == list(v) else new
+    return v
 
 
 def require_field(rec: dict, field: str, kind, name: str, lineno: int):
@@ -113,20 +153,121 @@ def dumps(rec: dict) -> str:
     return _ENCODE(rec) + "\n"
 
 
-@contextmanager
-def atomic_path(path) -> Iterator[Path]:
-    """Yield a temporary path beside PATH; on success it is renamed onto PATH, on failure removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp)
+def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
+    return umask
+
+
+def _write_target(path) -> Path:
+    """Where writing PATH really goes: a symlink's final target (the link itself stays)."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _is_special(path: Path) -> bool:
+    """An existing output that is not a regular file (a device, FIFO or socket): written through."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def remove_stale_temps(path) -> int:
+    """Remove temp files of PATH's earlier writes whose process is gone (killed with -9, say).
+
+    Temp names are `.NAME.PID.XXXXXXXX.tmp` (a file, or a folder for `train-ar`'s directory); a
+    temp whose PID no longer runs is stale. Returns how many were removed."""
+    path = _write_target(path)
+    removed = 0
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return 0
+    prefix = _temp_prefix(path)
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        pid = name[len(prefix):].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        stale = path.parent / name
+        try:
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def check_output(path, option: str = "-o/--output", directory: bool = False) -> None:
+    """Fail before any work when PATH cannot be written: OutputError (exit 73) naming OPTION.
+
+    A directory (for a file output), a regular file (for a DIRECTORY output), a read-only
+    folder, or a place no file can be made (/proc/x) are refused; a device or FIFO is fine
+    (written through); stdout ('-') is always fine. Stale temp files of PATH are removed."""
+    if is_std(path):
+        return
+    target = _write_target(path)
+    if directory:
+        if target.exists() and not target.is_dir():
+            raise OutputError(f"{option} '{path}' exists and is not a directory")
+    elif target.is_dir():
+        raise OutputError(f"{option} '{path}' is a directory; give a file name")
+    elif _is_special(target):
+        return
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f"{_temp_prefix(target)}{os.getpid()}.", suffix=".tmp", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OutputError(f"{option} '{path}': cannot write there ({e.strerror or e})") from None
+    remove_stale_temps(target)
+
+
+@contextmanager
+def atomic_path(path) -> Iterator[Path]:
+    """Yield a path to write PATH's new content to.
+
+    A regular file (or a new one) is written to a temp file beside it, which replaces PATH on
+    success and is removed on failure, so an interrupted run never leaves a half-written file.
+    A symlink is followed: its target is replaced, the link stays. A device or FIFO (-o
+    /dev/null, a named pipe) is written in place: there is nothing to replace atomically.
+    The new file gets the mode the user's umask gives any new file."""
+    target = _write_target(path)
+    if target.is_dir():
+        raise OutputError(f"output '{path}' is a directory; give a file name")
+    if _is_special(target):
+        yield target
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(target)}{os.getpid()}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp = Path(tmp)
     try:
         yield tmp
-        os.replace(tmp, path)
+        os.chmod(tmp, 0o666 & ~_umask())  # after writing: a writer may recreate the file (0600)
+        os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

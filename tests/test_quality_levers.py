@@ -238,6 +238,48 @@ def test_train_vae_align_to_a_frozen_lm(work, tmp_path):
     assert r.returncode == 66, r.stderr.decode()
 
 
+def test_train_vae_with_a_frozen_pretrained_encoder(work, tmp_path):
+    """--encoder DIR: the LM's first half is copied into the VAE, never updated; the VAE trains,
+    saves self-contained, and a DiT trains and samples on it."""
+    import torch
+
+    from tdiff.ar import load_ar
+    from tdiff.artifacts import load_artifact
+
+    lm = tmp_path / "lm"
+    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layer", "2",
+                   "--n-embd", "32", "--n-head", "2", "--max-len", "513", "--max-steps", "2", "--batch-size", "8",
+                   *TINY])
+    assert r.returncode == 0, r.stderr.decode()
+    vae, log = tmp_path / "v.safetensors", tmp_path / "v.jsonl"
+    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", vae, "--encoder", lm,
+                   "--max-steps", "6", "--batch-size", "8", "--log", log, "--log-every", "1", *TINY])
+    assert r.returncode == 0, r.stderr.decode()
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert recs[-1]["rec"] < recs[0]["rec"]                                   # it learns
+    art = load_artifact(vae)
+    assert art.config["vae"]["encoder_lm"]["n_layer"] == 1                    # cut after the middle block
+    assert "vae.tok_emb.weight" not in art.tensors
+    ref = load_ar(lm)[0].transformer.state_dict()
+    for k in ("wte.weight", "h.0.attn.c_attn.weight"):                       # frozen: bit-identical to the LM
+        assert torch.equal(art.tensors[f"vae.encoder_lm.{k}"], ref[k].to(art.tensors[f"vae.encoder_lm.{k}"].dtype))
+    assert not any(k.startswith("vae.encoder_lm.h.1.") for k in art.tensors)
+    model = tmp_path / "m.safetensors"
+    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", vae, "-o", model, "--max-steps", "2",
+                   "--batch-size", "8", *TINY])
+    assert r.returncode == 0, r.stderr.decode()
+    r = run_tdiff(["sample", "-m", model, "--num", "2", "--steps", "2", "--device", "cpu"])
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr.decode()
+    # an LM that cannot read the VAE's positions is refused before training, naming the option
+    short = tmp_path / "short"
+    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", short, "--n-layer", "1",
+                   "--n-embd", "32", "--n-head", "2", "--max-len", "8", "--max-steps", "1", "--batch-size", "8", *TINY])
+    assert r.returncode == 0, r.stderr.decode()
+    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "x.safetensors",
+                   "--encoder", short, "--max-steps", "1", *TINY])
+    assert r.returncode == 2 and b"--encoder" in r.stderr and b"Traceback" not in r.stderr, r.stderr.decode()
+
+
 def test_text_ends_where_the_pads_begin_and_stray_pads_are_dropped():
     from types import SimpleNamespace
 

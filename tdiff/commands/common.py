@@ -16,6 +16,7 @@ from tdiff import log
 from tdiff.errors import EXIT_NOINPUT
 
 _SKIP = {"config", "dump_config"}
+SEED_MAX = 2**63 - 1      # what torch's generators take
 
 
 def _load_config(ctx: typer.Context, param, value: Optional[Path]):
@@ -79,7 +80,8 @@ def dtype_option():
 
 
 def seed_option():
-    return typer.Option(0, "--seed", help="Random seed (same seed, device and dtype: same result).")
+    return typer.Option(0, "--seed", min=0, max=SEED_MAX,
+                        help="Random seed (same seed, device and dtype: same result).")
 
 
 def effective_config(ctx: typer.Context) -> dict:
@@ -98,10 +100,28 @@ def effective_config(ctx: typer.Context) -> dict:
     return out
 
 
+def _check_finite(ctx: typer.Context) -> None:
+    """Every float option refuses nan and ±inf (from the command line or --config): exit 2 naming it."""
+    import math
+
+    from tdiff.errors import UsageError
+
+    for p in ctx.command.params:
+        v = ctx.params.get(p.name)
+        if isinstance(v, float) and not math.isfinite(v):
+            flag = max(getattr(p, "opts", None) or [f"--{p.name.replace('_', '-')}"], key=len)
+            raise UsageError(f"{flag}: {v} is not a finite number")
+
+
 def start(ctx: typer.Context) -> None:
     """Handle --dump-config and --quiet; call first in every command."""
     params = ctx.params
     log.set_quiet(bool(params.get("quiet", False)))
+    _check_finite(ctx)
+    if params.get("output") is not None and not params.get("dump_config"):
+        from tdiff.io import check_output
+
+        check_output(params["output"], "-o/--output", directory=ctx.info_name == "train-ar")
     if params.get("dump_config"):
         import yaml
 

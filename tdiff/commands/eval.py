@@ -34,16 +34,16 @@ def eval_cmd(
     train: Optional[Path] = typer.Option(
         None, "--train", help="Training data JSONL (ids or text): 4-gram overlap of --samples with it."),
     speed: bool = typer.Option(False, "--speed", help="Time sampling with --model (tokens/s, latency p50/p95)."),
-    steps: int = typer.Option(12, "--steps", help="--speed: solver steps (diffusion models)."),
+    steps: int = typer.Option(12, "--steps", min=1, max=100_000, help="--speed: solver steps (diffusion models)."),
     solver: Literal[choices.SOLVERS] = typer.Option("dpm", "--solver", help="--speed: the solver (diffusion models)."),
-    batch_size: int = typer.Option(1, "--batch-size", help="--speed: samples per timed batch."),
+    batch_size: int = typer.Option(1, "--batch-size", min=1, max=65_536, help="--speed: samples per timed batch."),
     length: int = typer.Option(
-        0, "--length",
+        0, "--length", min=0, max=1_000_000,
         help="--speed, AR models: new tokens per sample (0: 128 or what fits). Diffusion models have a fixed length."),
-    repeats: int = typer.Option(5, "--repeats", help="--speed: timed batches."),
-    warmup: int = typer.Option(1, "--warmup", help="--speed: untimed batches first."),
-    max_records: int = typer.Option(0, "--max-records", help="Use at most N records of each input file (0: all)."),
-    t_samples: int = typer.Option(4, "--t-samples",
+    repeats: int = typer.Option(5, "--repeats", min=1, max=100_000, help="--speed: timed batches."),
+    warmup: int = typer.Option(1, "--warmup", min=0, max=100_000, help="--speed: untimed batches first."),
+    max_records: int = typer.Option(0, "--max-records", min=0, help="Use at most N records of each input file (0: all)."),
+    t_samples: int = typer.Option(4, "--t-samples", min=1, max=1000,
                                   help="Denoising loss: passes over --data, each with fresh t and noise."),
     noise_levels: str = typer.Option(
         ",".join(f"{t:g}" for t in NOISE_LEVELS), "--noise-levels",

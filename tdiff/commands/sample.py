@@ -16,18 +16,18 @@ def sample(
     model: Path = typer.Option(..., "--model", "-m",
                                help="Model from `tdiff train`, or a `tdiff train-ar` directory."),
     output: str = typer.Option("-", "--output", "-o", help="Output JSONL; - for stdout."),
-    num: int = typer.Option(1, "--num", "-n", help="Number of samples."),
-    batch_size: int = typer.Option(16, "--batch-size", help="Samples generated together."),
-    steps: int = typer.Option(12, "--steps", help="Solver steps (any N ≥ 1: time is continuous)."),
+    num: int = typer.Option(1, "--num", "-n", min=1, max=10_000_000, help="Number of samples."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, max=65_536, help="Samples generated together."),
+    steps: int = typer.Option(12, "--steps", min=1, max=100_000, help="Solver steps (any N ≥ 1: time is continuous)."),
     solver: Literal[choices.SOLVERS] = typer.Option(
         "dpm", "--solver", help="dpm (DPM-Solver++ 2M), ddim, or ddpm (ancestral)."),
-    eta: float = typer.Option(0.0, "--eta", help="DDIM η (0: deterministic; 1: ancestral-like)."),
+    eta: float = typer.Option(0.0, "--eta", min=0.0, max=1.0, help="DDIM η (0: deterministic; 1: ancestral-like)."),
     temperature: Optional[float] = typer.Option(
-        None, "--temperature",
+        None, "--temperature", min=0.0, max=100.0,
         help="Decoding temperature (0: greedy). Default 0 for diffusion models (VAE logits), 1 for AR models."),
-    length: int = typer.Option(0, "--length", help="AR models: at most this many new tokens (0: as many as fit)."),
-    top_k: int = typer.Option(0, "--top-k", help="Sample only among the k most likely tokens (0: off)."),
-    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (1: off)."),
+    length: int = typer.Option(0, "--length", min=0, max=1_000_000, help="AR models: at most this many new tokens (0: as many as fit)."),
+    top_k: int = typer.Option(0, "--top-k", min=0, help="Sample only among the k most likely tokens (0: off)."),
+    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1: off)."),
     time_grid: Literal[choices.TIME_GRIDS] = typer.Option(
         "uniform", "--time-grid", help="Where the solver's steps fall: uniform in t, uniform in log-SNR, or "
         "warp (uniform in the model's training time warp; models trained with --t-sampling adaptive)."),

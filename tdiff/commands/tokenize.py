@@ -11,7 +11,6 @@ worker processes (each loads the model once) and come back in input order.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -62,7 +61,7 @@ def tokenize(
     ),
     decode: bool = typer.Option(False, "--decode", "-d", help="Turn {\"ids\"} records back into {\"text\"} records."),
     keep_text: bool = typer.Option(False, "--keep-text", help="Keep the 'text' field next to 'ids' in the output (encoding only)."),
-    vocab_size: int = typer.Option(8000, "--vocab-size", metavar="N", help="Training: number of pieces (incl. 4 special and 256 byte pieces)."),
+    vocab_size: int = typer.Option(8000, "--vocab-size", metavar="N", min=1, max=1_000_000, help="Training: number of pieces (incl. 4 special and 256 byte pieces)."),
     model_type: ModelType = typer.Option(ModelType.unigram, "--model-type", help="Training: SentencePiece algorithm."),
     pretokenize: Optional[Pretokenize] = typer.Option(
         None,
@@ -70,15 +69,17 @@ def tokenize(
         help="Training: 'jieba' keeps pieces inside Chinese words (recorded in tok.model.json, so later runs "
         "need not repeat it). Default: none, or what the model records.",
     ),
-    train_sample: int = typer.Option(200000, "--train-sample", metavar="N", help="Training: at most this many records (reservoir sample)."),
+    train_sample: int = typer.Option(200000, "--train-sample", metavar="N", min=1, help="Training: at most this many records (reservoir sample)."),
     character_coverage: float = typer.Option(
         0.9995,
         "--character-coverage",
         metavar="X",
+        min=0.5,
+        max=1.0,
         help="Training: share of characters that get their own piece (0.98-1.0); the rest use byte pieces.",
     ),
-    seed: int = typer.Option(0, "--seed", metavar="N", help="Training: random seed for the sample and the trainer."),
-    jobs: int = typer.Option(1, "--jobs", "-j", metavar="N", help="Worker processes (0 = one per CPU); output order is kept."),
+    seed: int = typer.Option(0, "--seed", metavar="N", min=0, max=common.SEED_MAX, help="Training: random seed for the sample and the trainer."),
+    jobs: int = typer.Option(1, "--jobs", "-j", metavar="N", min=0, max=1024, help="Worker processes (0 = one per CPU); output order is kept."),
     verbose: bool = typer.Option(False, "--verbose", help="Show SentencePiece's training log on stderr."),
     config: Optional[Path] = common.config_option(),
     dump_config: bool = common.dump_config_option(),
@@ -187,13 +188,9 @@ def parse_line(raw: bytes, n: int, name: str) -> Optional[dict]:
         raise DataError(f"{name}:{n}: invalid UTF-8 at byte {e.start} (JSONL must be UTF-8; tdiff clean repairs text)") from None
     if not line.strip():
         return None
-    try:
-        rec = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{name}:{n}: malformed JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(rec, dict):
-        raise DataError(f"{name}:{n}: expected a JSON object, got {type(rec).__name__}")
-    return rec
+    from tdiff.io import parse_json
+
+    return parse_json(line, n, name)
 
 
 def _text_of(rec: dict, n: int, name: str) -> str:

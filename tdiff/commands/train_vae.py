@@ -18,7 +18,7 @@ def train_vae(
     tokenizer: Path = typer.Option(..., "--tokenizer", "-t", help="SentencePiece model the ids were made with "
                                    "(stored inside the VAE)."),
     latent_dim: int = typer.Option(32, "--latent-dim", min=1, help="Width of each latent vector."),
-    latent_stride: int = typer.Option(1, "--latent-stride", help="Tokens pooled into one latent: 1, 2 or 4."),
+    latent_stride: int = typer.Option(1, "--latent-stride", min=1, max=4, help="Tokens pooled into one latent: 1, 2 or 4."),
     max_len: int = typer.Option(0, "--max-len", min=0, help="Token positions per sequence (0: 99th percentile of the data)."),
     beta: float = typer.Option(1e-3, "--beta", min=0.0, help="KL weight β after warm-up."),
     kl_warmup: int = typer.Option(500, "--kl-warmup", min=0, help="Steps over which β rises linearly from 0."),
@@ -36,6 +36,9 @@ def train_vae(
         "middle-block features through a linear probe, REPA-style (the probe is not saved)."),
     align_weight: float = typer.Option(0.5, "--align-weight", min=0.0, max=100.0,
                                        help="Weight of the alignment loss, 1 − cosine similarity (with --align)."),
+    encoder: Optional[Path] = typer.Option(
+        None, "--encoder", help="A `tdiff train-ar` directory (same tokenizer): its first half, frozen, reads "
+        "the text for the encoder in place of a token embedding (stored inside the VAE)."),
     *,
     run: TrainingRun,
 ):
@@ -50,7 +53,7 @@ def train_vae(
     tc = VAETrainConfig(preset=run.preset, latent_dim=latent_dim, latent_stride=latent_stride, max_len=max_len,
                         beta=beta, kl_warmup=kl_warmup, free_bits=free_bits, latent_noise=latent_noise,
                         d_model=d_model, n_layers=n_layers, align=str(align) if align else "",
-                        align_weight=align_weight, batch_size=run.batch_size,
+                        align_weight=align_weight, encoder=str(encoder) if encoder else "", batch_size=run.batch_size,
                         holdout=run.holdout, loop=run.loop)
     summary = train(run.input, output, tokenizer, tc, resolve_device(run.device), run.checkpoint_for(output),
                     log_path=run.log, resume=run.resume)

@@ -121,6 +121,11 @@ def training_command(**defaults):
             run = TrainingRun(input=kw.pop("input"), preset=kw.pop("preset"), batch_size=kw.pop("batch_size"),
                               holdout=kw.pop("holdout"), loop=loop, device=kw.pop("device"), log=kw.pop("log"),
                               checkpoint=kw.pop("checkpoint"), resume=kw.pop("resume"))
+            if "output" in kw and not kw["dump_config"]:
+                from tdiff.io import check_output
+
+                check_output(kw["output"], "-o/--output", directory=ctx.info_name == "train-ar")
+                check_output(run.checkpoint_for(Path(kw["output"])), "--checkpoint")
             for n in ("dtype", "seed", "quiet", "config", "dump_config"):
                 kw.pop(n)
             return func(ctx, run=run, **kw)

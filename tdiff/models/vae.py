@@ -6,6 +6,7 @@ DiT denoiser runs (latent diffusion: Rombach et al. 2022; for text: Lovelace et 
 "Latent Diffusion for Language Generation").
 
     ids (B, L) ─embed─▶ bidirectional Transformer ─▶ pool k tokens ─▶ mean, logvar (B, L/k, C)
+      (or, with a frozen pretrained encoder: ids ─frozen GPT-2 blocks─▶ linear ─▶ the same Transformer)
     z (B, L/k, C) ─linear to k·D, unpool─▶ bidirectional Transformer ─▶ logits (B, L, V)
 
 Design choices (each one matters for the diffusion model that lives in this latent space):
@@ -29,6 +30,11 @@ Design choices (each one matters for the diffusion model that lives in this late
   z + N(0, (latent_noise · s)^2), s the per-dimension std of the batch's posterior means (the data
   scale of each latent channel). With latent_noise = 0.1 this is noise at 10% of the data spread,
   well above the posterior noise a small-β VAE learns, so the decoder tolerates small errors.
+- Frozen pretrained encoder (`encoder_lm`, seed 004 §3: the encoder half of the VAE taken from a
+  pretrained language model and kept fixed): a `tdiff train-ar` GPT-2 cut after its middle block
+  reads the ids ([bos] + ids, tdiff pads mapped to the LM's pad) and a trainable linear layer maps
+  its features into the VAE's encoder in place of the token embedding. The GPT-2 weights live in
+  the VAE (frozen, `encoder_lm.*`), so the artifact stays self-contained.
 - `latent_mean` / `latent_std` buffers (set by the trainer from data) normalise latents so the
   denoiser sees zero-mean unit-variance channels: `normalize(z)`, `denormalize(z)`.
   `encode` and `decode` work in the raw (unnormalised) latent space.
@@ -46,6 +52,9 @@ import torch.nn.functional as F
 from tdiff.models.layers import MLP_KINDS, Block, RMSNorm, init_weights, rotary_cos_sin
 
 LATENT_STRIDES = (1, 2, 4)
+# GPT2Config fields a frozen encoder is rebuilt from (stored in the VAE config).
+ENCODER_LM_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "bos_token_id", "pad_token_id",
+                   "activation_function", "layer_norm_epsilon")
 
 # Architecture presets; vocab_size and max_len come from the data, latent_dim/stride from flags.
 PRESETS = {
@@ -73,6 +82,7 @@ class VAEConfig:
     pad_weight: float = 1.0        # CE weight of pads after the first one
     logvar_init: float = -8.0      # initial posterior log-variance (bias of the logvar head)
     rope_base: float = 10000.0
+    encoder_lm: Optional[dict] = None  # frozen GPT-2 encoder (GPT2Config fields), or None: token embedding
 
     def __post_init__(self):
         def bad(msg):
@@ -94,6 +104,13 @@ class VAEConfig:
             bad("latent_dim, n_layers and n_dec_layers must be >= 1")
         if not 0.0 <= self.dropout < 1.0 or self.latent_noise < 0 or self.pad_weight < 0:
             bad("need 0 <= dropout < 1, latent_noise >= 0, pad_weight >= 0")
+        if self.encoder_lm is not None:
+            missing = sorted(set(ENCODER_LM_KEYS) - set(self.encoder_lm))
+            if missing or self.encoder_lm["vocab_size"] != self.vocab_size:
+                bad(f"encoder_lm needs {', '.join(ENCODER_LM_KEYS)} and the VAE's vocabulary (missing: {missing})")
+            if self.encoder_lm["n_positions"] < self.max_len + 1:
+                bad(f"the frozen encoder reads {self.encoder_lm['n_positions']} positions, fewer than max_len + 1 = "
+                    f"{self.max_len + 1} (train it with `train-ar --max-len {self.max_len + 1}` or more)")
 
     @property
     def dec_layers(self) -> int:
@@ -142,8 +159,11 @@ class TextVAE(nn.Module):
         self.config = c = config
         k, D, C = c.latent_stride, c.d_model, c.latent_dim
         self.head_dim = D // c.n_heads
-        # encoder
-        self.tok_emb = nn.Embedding(c.vocab_size, D)
+        # encoder: token embedding, or a frozen pretrained LM and a trainable input map
+        if c.encoder_lm is None:
+            self.tok_emb = nn.Embedding(c.vocab_size, D)
+        else:
+            self.lm_in = nn.Linear(c.encoder_lm["n_embd"], D)
         self.enc_blocks = nn.ModuleList(Block(D, c.n_heads, c.mlp_ratio, c.mlp, c.dropout) for _ in range(c.n_layers))
         self.enc_norm = RMSNorm(D)
         self.to_latent = nn.Linear(k * D, 2 * C)  # pooled k tokens -> (mean, logvar)
@@ -162,6 +182,23 @@ class TextVAE(nn.Module):
                 nn.init.normal_(p, mean=0.0, std=0.02 / (2 * max(c.n_layers, c.dec_layers)) ** 0.5)
         with torch.no_grad():  # start with a nearly deterministic posterior (see module docstring)
             self.to_latent.bias[C:].fill_(c.logvar_init)
+        if c.encoder_lm is not None:  # built after init_weights: its weights are loaded, never trained
+            from transformers import GPT2Config, GPT2Model
+
+            self.encoder_lm = GPT2Model(GPT2Config(**c.encoder_lm, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+            self.encoder_lm.requires_grad_(False)
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (B, L) -> encoder input (B, L, D): the token embedding, or the frozen LM's features of
+        [bos] + ids (tdiff pads shown as the LM's pad; causal, so right pads change no text position)."""
+        if self.config.encoder_lm is None:
+            return self.tok_emb(ids)  # (B, L, D)
+        lm = self.config.encoder_lm
+        x = torch.where(ids == self.config.pad_id, torch.full_like(ids, lm["pad_token_id"]), ids)  # (B, L)
+        x = torch.cat([torch.full_like(ids[:, :1], lm["bos_token_id"]), x], dim=1)  # (B, 1 + L)
+        with torch.no_grad():
+            feats = self.encoder_lm(input_ids=x, use_cache=False).last_hidden_state[:, 1:]  # (B, L, H)
+        return self.lm_in(feats)  # (B, L, D)
 
     # ------------------------------------------------------------ encoder / decoder
 
@@ -172,7 +209,7 @@ class TextVAE(nn.Module):
         if L % k:
             raise ValueError(f"sequence length {L} is not a multiple of latent_stride {k}")
         rope = rotary_cos_sin(L, self.head_dim, self.config.rope_base, ids.device)
-        h = self.tok_emb(ids)  # (B, L, D)
+        h = self._embed(ids)  # (B, L, D)
         for blk in self.enc_blocks:
             h = blk(h, rope)  # (B, L, D)
         h = self.enc_norm(h).reshape(B, L // k, k * h.shape[-1])  # (B, L/k, k·D)
@@ -260,3 +297,13 @@ class TextVAE(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    @torch.no_grad()
+    def load_encoder_lm(self, lm_state: dict) -> None:
+        """Copy a GPT-2's transformer weights (GPT2LMHeadModel.transformer.state_dict()) into the
+        frozen encoder; blocks beyond the encoder's depth are ignored."""
+        own = self.encoder_lm.state_dict()
+        missing = sorted(k for k in own if k not in lm_state)
+        if missing:
+            raise ValueError(f"frozen encoder: the language model lacks {', '.join(missing[:3])}")
+        self.encoder_lm.load_state_dict({k: lm_state[k] for k in own})

@@ -66,8 +66,10 @@ class Tokenizer:
     # -- construction
 
     @classmethod
-    def from_bytes(cls, model_bytes: bytes, meta: dict | None = None, num_threads: int = 1, name: str = "model"):
-        """A Tokenizer from serialized SentencePiece model bytes and a meta dict."""
+    def from_bytes(cls, model_bytes: bytes, meta: dict | None = None, num_threads: int = 1, name: str = "model",
+                   hint: str = "point --model at a .model file, or at a missing path to train a new one"):
+        """A Tokenizer from serialized SentencePiece model bytes and a meta dict; HINT ends the
+        error for bytes that are not a model (it names the option they came from)."""
         import sentencepiece as spm
 
         meta = check_meta(meta or {}, name)
@@ -75,17 +77,16 @@ class Tokenizer:
         try:
             sp.LoadFromSerializedProto(bytes(model_bytes))
         except Exception:  # RuntimeError / OSError from the C++ parser
-            raise DataError(
-                f"{name} is not a SentencePiece model (it does not parse as one); "
-                "point --model at a .model file, or at a missing path to train a new one"
-            ) from None
+            raise DataError(f"{name} is not a SentencePiece model (it does not parse as one); {hint}") from None
         if sp.get_piece_size() <= 0:
             raise DataError(f"{name} is not a SentencePiece model (no pieces)")
         return cls(sp, bytes(model_bytes), meta, num_threads=num_threads)
 
     @classmethod
-    def load(cls, path, num_threads: int = 1):
-        """Read PATH (a .model file) and its sidecar PATH.json if present (else pretokenize none)."""
+    def load(cls, path, num_threads: int = 1, option: str = "", hint: str = ""):
+        """Read PATH (a .model file) and its sidecar PATH.json if present (else pretokenize none).
+        OPTION: the command-line option PATH came from, named in errors (default: --model of
+        tokenize); or HINT: the whole advice that ends such an error."""
         p = Path(path)
         if not p.exists():
             raise NoInputError(f"tokenizer model '{p}' does not exist")
@@ -98,7 +99,9 @@ class Tokenizer:
                 meta = json.loads(mp.read_text(encoding="utf-8"))
             except (ValueError, UnicodeDecodeError) as e:
                 raise DataError(f"{mp}: not valid JSON ({e}); fix or delete it") from None
-        return cls.from_bytes(p.read_bytes(), meta, num_threads=num_threads, name=f"'{p}'")
+        hint = hint or (f"point {option} at the .model file written by `tdiff tokenize`" if option else "")
+        kw = {"hint": hint} if hint else {}
+        return cls.from_bytes(p.read_bytes(), meta, num_threads=num_threads, name=f"'{p}'", **kw)
 
     def to_bytes(self) -> bytes:
         """The serialized SentencePiece model (the content of tok.model)."""

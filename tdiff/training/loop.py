@@ -28,7 +28,7 @@ from typing import Callable
 
 from tdiff import artifacts, log
 from tdiff.choices import LR_DECAYS
-from tdiff.errors import DataError, TdiffError, UsageError
+from tdiff.errors import DataError, Interrupted, TdiffError, UsageError
 from tdiff.training import checkpoints as ck
 
 
@@ -151,14 +151,38 @@ class Trainer:
         self.tokens = 0
         self.last_metrics: dict = {}
         self._stop = False
+        self._signum = 0
+        # Divergence bookkeeping: weights of step k are known good once a loss computed with them
+        # is finite. The checkpoint on disk (step _ckpt_step) is rotated to PATH.prev before a new
+        # one is written, so a checkpoint of weights that then blow up can be rolled back.
+        self._good_step = -1
+        self._ckpt_step = -1
+        self._prev_step = -1
         self._win_tokens, self._win_t = 0, time.time()   # tokens/s over the last logging window
 
     # ------------------------------------------------------------ checkpoints
-    def save_checkpoint(self) -> None:
+    def weights_finite(self) -> bool:
+        """True when every floating weight (and EMA copy) is finite: a diverged run is not saved."""
+        import torch
+
+        tensors = list(self.model.state_dict().values()) + list((self.ema or {}).values())
+        return all(bool(torch.isfinite(v).all()) for v in tensors if v.dtype.is_floating_point)
+
+    def save_checkpoint(self) -> bool:
+        """Write the training checkpoint atomically; refused (False, previous checkpoint kept) when
+        the weights are not finite."""
         import torch
 
         if self.ckpt_path is None:
-            return
+            return False
+        if not self.weights_finite():
+            log.warn(f"step {self.step}: weights are not finite (training diverged); keeping the previous "
+                     f"checkpoint {self.ckpt_path}")
+            return False
+        if self._ckpt_step == self.step and self.ckpt_path.exists():
+            return True
+        if 0 <= self._ckpt_step <= self._good_step and self.ckpt_path.exists():
+            self._keep_previous()
         tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
         if self.ema is not None:
             tensors.update({f"ema.{k}": v for k, v in self.ema.items()})
@@ -173,6 +197,44 @@ class Trainer:
                 "optim": oinfo,
                 "loop": asdict(self.cfg), "fingerprint": self.fingerprint}
         artifacts.save_artifact(self.ckpt_path, tensors, "checkpoint", config=self.fingerprint, train=info)
+        self._ckpt_step = self.step
+        return True
+
+    def _keep_previous(self) -> None:
+        """Keep the checkpoint on disk as PATH.prev (a hard link: the new one replaces PATH atomically,
+        so a kill at any moment leaves a complete checkpoint at PATH)."""
+        import os
+        import shutil
+
+        prev = self._prev_path()
+        prev.unlink(missing_ok=True)
+        try:
+            os.link(self.ckpt_path, prev)
+        except OSError:  # a file system without hard links
+            shutil.copy2(self.ckpt_path, prev)
+        self._prev_step = self._ckpt_step
+
+    def _prev_path(self) -> Path:
+        return self.ckpt_path.with_name(self.ckpt_path.name + ".prev")
+
+    def _roll_back(self) -> str:
+        """After divergence: put back the last checkpoint whose weights gave a finite loss; what was done."""
+        import os
+
+        if self.ckpt_path is None:
+            return ""
+        if 0 <= self._ckpt_step <= self._good_step or self._ckpt_step < 0:
+            return f" (the last good checkpoint {self.ckpt_path} is kept)" if self.ckpt_path.exists() else ""
+        if 0 <= self._prev_step <= self._good_step and self._prev_path().exists():
+            os.replace(self._prev_path(), self.ckpt_path)
+            self._ckpt_step = self._prev_step
+            return f" (the last good checkpoint, step {self._prev_step}, is back in {self.ckpt_path})"
+        return f" (the checkpoint {self.ckpt_path} may hold the diverging weights; no earlier good one was kept)"
+
+    def discard_previous(self) -> None:
+        """Remove the rotated PATH.prev once training has finished well."""
+        if self.ckpt_path is not None:
+            self._prev_path().unlink(missing_ok=True)
 
     def resume(self) -> bool:
         """Load the last checkpoint if there is one; True when training continues from it."""
@@ -205,6 +267,7 @@ class Trainer:
                                 "(made by an older tdiff); remove it or train without --resume")
             g.set_state(state)
         self.step, self.elapsed, self.tokens = info["step"], info["elapsed"], info.get("tokens", 0)
+        self._ckpt_step = self.step
         self.progress = info.get("progress", step_progress(self.step, self.cfg))
         log.info(f"resumed from {self.ckpt_path} at step {self.step}")
         return True
@@ -270,6 +333,7 @@ class Trainer:
             if not torch.isfinite(loss):
                 ok = False
                 break
+            self._good_step = max(self._good_step, self.step)     # these weights give a finite loss
             (self.scaler.scale(loss) if self.scaler else loss).backward()
             objective += float(loss.detach())
             self._win_tokens += ntok
@@ -284,11 +348,17 @@ class Trainer:
             if self.scaler:
                 self.scaler.update()
             return StepResult(ok=False)
-        if self.scaler:
-            self.scaler.step(self.opt)
-            self.scaler.update()
-        else:
-            self.opt.step()
+        try:
+            if self.scaler:
+                self.scaler.step(self.opt)
+                self.scaler.update()
+            else:
+                self.opt.step()
+        except RuntimeError as e:  # e.g. "value cannot be converted to type float without overflow"
+            if "overflow" not in str(e):
+                raise
+            raise TdiffError(f"step {self.step + 1}: the optimizer update overflowed (lower --lr)"
+                             + self._roll_back()) from None
         self.step += 1
         self._update_ema()
         logged = metrics.pop("loss", objective)
@@ -316,7 +386,7 @@ class Trainer:
 
     # ------------------------------------------------------------ the loop
     def _on_signal(self, signum, frame):
-        self._stop = True
+        self._stop, self._signum = True, signum
         log.warn(f"signal {signum}: stopping after this step and writing a checkpoint")
 
     def _out_of_time(self, t_start: float) -> bool:
@@ -343,10 +413,9 @@ class Trainer:
                     nonfinite += 1
                     log.warn(f"step {self.step}: non-finite loss or gradient, step skipped")
                     if nonfinite >= 20:
-                        self.save_checkpoint()
                         raise TdiffError(
                             f"loss is NaN/inf for {nonfinite} steps in a row at step {self.step}; "
-                            "lower --lr, use --dtype fp32, or check the data"
+                            "lower --lr, use --dtype fp32, or check the data" + self._roll_back()
                         )
                     continue
                 nonfinite = 0
@@ -354,7 +423,15 @@ class Trainer:
                 self.last_metrics = {"loss": res.loss, **res.metrics}
                 self.log_step(res, logf)
                 self.maybe_checkpoint()
-            self.save_checkpoint()
+            if not self.save_checkpoint() and not self.weights_finite():
+                raise TdiffError(f"training diverged: the weights are not finite after step {self.step}; "
+                                 "nothing written (lower --lr)" + self._roll_back())
+            if not self._stop:
+                self.discard_previous()
+            if self._stop:
+                where = f"checkpoint at step {self.step} in {self.ckpt_path}; rerun with --resume to continue" \
+                    if self.ckpt_path else "no checkpoint"
+                raise Interrupted(f"interrupted by signal {self._signum}: {where}", self._signum)
         finally:
             for s, h in old.items():
                 signal.signal(s, h)

@@ -59,7 +59,7 @@ def write_ar_dir(output: Path, model, tok, meta: dict) -> None:
 
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.{os.getpid()}.", suffix=".tmp", dir=output.parent))
     old = None
     try:
         umask = os.umask(0)
@@ -97,7 +97,7 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
     check_output_dir(output)
     if tc.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
-    tok = Tokenizer.load(tokenizer_path)
+    tok = Tokenizer.load(tokenizer_path, option="-t/--tokenizer")
     data, train, held = D.read_split(input_path, tok.vocab_size, tc.holdout)
     max_len = tc.max_len or auto_max_len(train.seqs)
     config = make_config(tok.vocab_size, max_len, tc.preset, tc.n_layer, tc.n_embd, tc.n_head, tc.dropout,
@@ -129,9 +129,6 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
         trainer.resume()
         batches = D.batches(len(rows), tc.batch_size, tc.loop.seed, start_step=trainer.step * tc.loop.grad_accum)
     summary = trainer.run()
-    if summary["interrupted"]:
-        log.info(f"interrupted: checkpoint at {ckpt_path}; rerun with --resume to continue")
-        return summary
     model.load_state_dict(trainer.ema_state_dict())
     model.eval()
     eval_seqs = held.seqs or train.seqs[:256]

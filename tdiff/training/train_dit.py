@@ -138,9 +138,6 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     if resume and trainer.resume():
         batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed, start_step=trainer.step * tc.loop.grad_accum)
     summary = trainer.run()
-    if summary["interrupted"]:
-        log.info(f"interrupted: checkpoint at {ckpt_path}; rerun with --resume to continue")
-        return summary
     # held-out denoising loss with the EMA weights
     ema = trainer.ema_state_dict()
     eval_mod = _denoiser_module(DiT(dit.config), make_schedule(**schedule.config()),

@@ -7,6 +7,11 @@ encoder): a linear probe from each posterior mean to the LM's features at the mi
 (averaged over the latent's tokens) is trained with the VAE, and
 `--align-weight` × (1 − cosine similarity) over text positions joins the loss. The probe
 exists only in training; the VAE artifact is the same kind of file as without it.
+
+With `--encoder DIR` (a `tdiff train-ar` directory, same tokenizer) the encoder reads the frozen
+LM's features instead of a token embedding (seed 004 §3, a frozen pretrained encoder): the LM is
+cut after its middle block (as for `--align`), copied into the VAE and never updated; a linear
+map and the VAE's own encoder blocks on top of it, and the decoder, are trained as usual.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class VAETrainConfig:
     n_layers: int = 0              # 0: the preset's encoder (and decoder) depth
     align: str = ""                # train-ar directory to align the latents to ("": off)
     align_weight: float = 0.5      # weight of 1 − cos(probe(latent), LM features)
+    encoder: str = ""              # train-ar directory whose frozen middle-block features feed the encoder
     batch_size: int = 64
     holdout: float = 0.02
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -47,7 +53,7 @@ def auto_max_len(seqs, stride: int, cap: int = 512) -> int:
     return min(cap, max(m, -(-q // m) * m))
 
 
-def build_vae(tc: VAETrainConfig, vocab_size: int, pad_id: int, max_len: int):
+def build_vae(tc: VAETrainConfig, vocab_size: int, pad_id: int, max_len: int, encoder_lm: dict | None = None):
     from tdiff.models.vae import PRESETS, TextVAE, VAEConfig
 
     if tc.preset not in PRESETS:
@@ -58,10 +64,25 @@ def build_vae(tc: VAETrainConfig, vocab_size: int, pad_id: int, max_len: int):
     try:
         cfg = VAEConfig(**{**PRESETS[tc.preset], **size, "vocab_size": vocab_size, "max_len": max_len,
                            "latent_dim": tc.latent_dim, "latent_stride": tc.latent_stride, "pad_id": pad_id,
-                           "latent_noise": tc.latent_noise})
+                           "latent_noise": tc.latent_noise, "encoder_lm": encoder_lm})
     except ValueError as e:
-        raise UsageError(f"--d-model/--n-layers: {e}") from None
+        raise UsageError(f"{'--encoder' if encoder_lm and 'encoder' in str(e) else '--d-model/--n-layers'}: {e}") from None
     return TextVAE(cfg)
+
+
+def _frozen_encoder(tc: VAETrainConfig, tok, device):
+    """(GPT2Config fields of the frozen encoder, its weights) from --encoder DIR, or (None, None)."""
+    if not tc.encoder:
+        return None, None
+    from tdiff.ar import load_ar
+    from tdiff.models.vae import ENCODER_LM_KEYS
+
+    lm, lm_tok = load_ar(tc.encoder, "cpu")
+    if lm_tok.to_bytes() != tok.to_bytes():
+        raise UsageError(f"--encoder {tc.encoder}: its tokenizer differs from --tokenizer (use a model trained "
+                         "on the same token ids)")
+    cfg = {k: getattr(lm.config, k) for k in ENCODER_LM_KEYS} | {"n_layer": max(1, lm.config.n_layer // 2)}
+    return cfg, lm.transformer.state_dict()
 
 
 def _with_aligner(vae, tok, tc: VAETrainConfig, device):
@@ -100,15 +121,21 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
     from tdiff.device import seed_everything
     from tdiff.text.tokenizer import Tokenizer
 
-    tok = Tokenizer.load(tokenizer_path)
+    tok = Tokenizer.load(tokenizer_path, option="-t/--tokenizer")
     data, train, held = D.read_split(input_path, tok.vocab_size, tc.holdout)
     max_len = tc.max_len or auto_max_len(train.seqs, tc.latent_stride)
     if max_len % tc.latent_stride:
         raise UsageError(f"--max-len {max_len} must be a multiple of --latent-stride {tc.latent_stride}")
+    encoder_lm, lm_state = _frozen_encoder(tc, tok, device)
     seed_everything(tc.loop.seed)
-    vae = build_vae(tc, tok.vocab_size, tok.pad_id, max_len).to(device)
+    vae = build_vae(tc, tok.vocab_size, tok.pad_id, max_len, encoder_lm)
+    if lm_state is not None:
+        vae.load_encoder_lm(lm_state)
+    vae = vae.to(device)
+    trained = sum(p.numel() for p in vae.parameters() if p.requires_grad)
+    frozen = f" + {vae.num_params() - trained:,} frozen (--encoder)" if encoder_lm else ""
     log.info(f"train-vae: {len(train.seqs):,} train / {len(held.seqs):,} held-out sequences, max_len {max_len}, "
-             f"{sum(p.numel() for p in vae.parameters()) / 1e6:.2f}M parameters, device {device}")
+             f"{trained / 1e6:.2f}M parameters{frozen}, device {device}")
     fingerprint = {"vae": vae.config.to_dict(), "data": data.digest, "train": asdict(tc) | {"loop": None}}
     batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed)
     module, align = _with_aligner(vae, tok, tc, device)
@@ -130,9 +157,6 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
         trainer.resume()
         batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed, start_step=trainer.step * tc.loop.grad_accum)
     summary = trainer.run()
-    if summary["interrupted"]:
-        log.info(f"interrupted: checkpoint at {ckpt_path}; rerun with --resume to continue")
-        return summary
     ema = trainer.ema_state_dict()
     vae.load_state_dict({k[4:]: v for k, v in ema.items() if k.startswith("vae.")} if align is not None else ema)
     mean, std = latent_stats(vae, train.seqs, max_len, tok.pad_id, device)
