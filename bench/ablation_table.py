@@ -3,11 +3,16 @@ held-out loss, the per-noise-level gain of `tdiff eval --data` (best in t ∈ [0
 frontier of bench/frontier.py (judge PPL and q at the real text's entropy, the greedy point).
 
 Usage: python bench/ablation_table.py RUN_DIR...   (each with eval.json and frontier.json)
+
+After the per-run rows, a second table pools the seeds of each lever: runs named NAME and NAME_sK
+(K a seed) are one lever; its PPL and q at the real entropy are given as mean (min–max). A run
+still being scored (missing or half-written files) shows dashes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -15,7 +20,10 @@ from pathlib import Path
 def row(run: Path) -> str:
     def load(name):
         p = run / name
-        return json.loads(p.read_text()) if p.exists() else None
+        try:
+            return json.loads(p.read_text())
+        except (OSError, ValueError):
+            return None
 
     dit = json.loads((run / "train.log").read_text().split("summary ", 1)[1].splitlines()[0]) if (run / "train.log").exists() else {}
     ev, fr = load("eval.json"), load("frontier.json")
@@ -30,11 +38,38 @@ def row(run: Path) -> str:
             f"{fmt(r.get('ppl_at_real_entropy'), '.0f')} | {fmt(r.get('q_at_real_entropy'), '.3f')} |")
 
 
+def lever(name: str) -> str:
+    """A run's lever: its name without a trailing _sK seed suffix."""
+    return re.sub(r"_s\d+$", "", name)
+
+
+def pooled(runs: list[Path]) -> list[str]:
+    """One row per lever: seeds, PPL and q at the real entropy as mean (min–max)."""
+    groups: dict[str, list[dict]] = {}
+    for run in runs:
+        try:
+            r = json.loads((run / "frontier.json").read_text())["runs"][0]
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+        if r.get("ppl_at_real_entropy") is not None:
+            groups.setdefault(lever(run.name), []).append(r)
+    out = ["| lever | seeds | PPL @ real H, mean (min–max) | q @ real H, mean (min–max) |", "|---|---|---|---|"]
+    for name, rs in groups.items():
+        p = [r["ppl_at_real_entropy"] for r in rs]
+        q = [r["q_at_real_entropy"] for r in rs]
+        out.append(f"| {name} | {len(rs)} | {sum(p) / len(p):.0f} ({min(p):.0f}–{max(p):.0f}) | "
+                   f"{sum(q) / len(q):.3f} ({min(q):.3f}–{max(q):.3f}) |")
+    return out
+
+
 def main() -> None:
+    runs = [Path(d) for d in sys.argv[1:]]
     print("| run | DiT steps | held-out loss | best gain t∈[0.6,0.9] | greedy PPL / entropy | PPL @ real H | q @ real H |")
     print("|---|---|---|---|---|---|---|")
-    for d in sys.argv[1:]:
-        print(row(Path(d)))
+    for d in runs:
+        print(row(d))
+    print()
+    print("\n".join(pooled(runs)))
 
 
 if __name__ == "__main__":

@@ -203,15 +203,43 @@ OPTION_CASES = [
 ]
 
 
+def run_in_process(args, capsys):
+    """`tdiff ARGS` through tdiff.cli.main in this process (what the console script calls): for
+    cases refused before any model loads, at a hundredth of a subprocess's cost."""
+    from types import SimpleNamespace
+
+    from tdiff.cli import main
+
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as e:
+            main([str(a) for a in args])
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    out = capsys.readouterr()
+    return SimpleNamespace(returncode=e.value.code, stdout=out.out.encode(), stderr=out.err.encode())
+
+
 @pytest.mark.parametrize("args,option", OPTION_CASES, ids=[" ".join(a) for a, _ in OPTION_CASES])
-def test_bad_option_values_are_usage_errors(work, args, option):
+def test_bad_option_values_are_usage_errors(tmp_path, args, option, capsys):
+    """Refused while parsing, before any input is opened: the input paths need not exist."""
     cmd, rest = args[0], args[1:]
+    work = tmp_path
     need = {"train-vae": ["-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", "/dev/null"],
             "train": ["-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", "/dev/null"],
             "sample": ["-m", work / "model.safetensors"], "eval": ["-m", work / "model.safetensors"],
             "tokenize": ["--model", "/nonexistent/new.model"]}[cmd]
-    r = run_tdiff([cmd, *need, *rest, "--device", "cpu"] if cmd != "tokenize" else [cmd, *need, *rest], input="")
+    r = run_in_process([cmd, *need, *rest, "--device", "cpu"] if cmd != "tokenize" else [cmd, *need, *rest], capsys)
     one_line_error(r, 2, option)
+
+
+def test_bad_option_values_as_a_user_runs_them(work):
+    """Two of the cases above through the real entry point, in a subprocess."""
+    r = run_tdiff(["sample", "-m", work / "model.safetensors", "--temperature", "nan"])
+    one_line_error(r, 2, "--temperature")
+    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", "/dev/null",
+                   "--batch-size", "0"])
+    one_line_error(r, 2, "--batch-size")
 
 
 # ---------------------------------------------------------------- 11, 12. directories, crafted files, pickles

@@ -186,8 +186,12 @@ def test_time_grid_warp_and_round_x0(work, tmp_path):
         r = run_tdiff(["sample", "-m", out, "--num", "2", "--steps", "3", "--device", "cpu", *extra])
         assert r.returncode == 0, r.stderr.decode()
         assert len(r.stdout.decode().splitlines()) == 2
-    # the reference model has no time warp: a clear usage error
-    r = run_tdiff(["sample", "-m", work / "model.safetensors", "--time-grid", "warp", "--device", "cpu"])
+    # a model trained with uniform t has no time warp: a clear usage error
+    uni = tmp_path / "u.safetensors"
+    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", uni,
+                   "--t-sampling", "uniform", "--max-steps", "1", "--batch-size", "8", *TINY])
+    assert r.returncode == 0, r.stderr.decode()
+    r = run_tdiff(["sample", "-m", uni, "--time-grid", "warp", "--device", "cpu"])
     assert r.returncode == 2 and b"--t-sampling adaptive" in r.stderr and b"Traceback" not in r.stderr
 
 

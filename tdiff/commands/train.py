@@ -24,8 +24,8 @@ def train(
     cond_prob: float = typer.Option(0.25, "--cond-prob", min=0.0, max=1.0,
                                     help="Share of examples trained with a known span (prefix/infill conditioning channel)."),
     t_sampling: Literal[choices.T_SAMPLINGS] = typer.Option(
-        "uniform", "--t-sampling", help="How training draws noise levels: uniform in t, or adaptive (time "
-        "warping: density ∝ how fast the denoiser's x0 error grows with t, where tokens are decided)."),
+        "adaptive", "--t-sampling", help="How training draws noise levels: adaptive (time warping: density ∝ "
+        "how fast the denoiser's x0 error grows with t, where tokens are decided), or uniform in t."),
     decoder_ce: float = typer.Option(0.0, "--decoder-ce", min=0.0, max=100.0,
                                      help="Weight of the frozen VAE decoder's token cross-entropy on the "
                                           "denoiser's x0 estimate, added to the latent MSE (0: off)."),

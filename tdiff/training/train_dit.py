@@ -32,7 +32,7 @@ class DiTTrainConfig:
     target: str = "v"                 # x0 | eps | v
     self_condition: bool = True
     cond_prob: float = 0.25           # share of examples trained with a known span
-    t_sampling: str = "uniform"       # uniform | adaptive (CDCD time warping, diffusion/timewarp.py)
+    t_sampling: str = "adaptive"      # adaptive | uniform (CDCD time warping, diffusion/timewarp.py)
     decoder_ce: float = 0.0           # weight of the frozen decoder's token CE on the x0 estimate
     d_model: int = 0                  # 0: the preset's width
     n_layers: int = 0                 # 0: the preset's depth
