@@ -358,6 +358,9 @@ def test_inputs_that_were_already_handled(work, tmp_path):
     one_line_error(r, 65, ":2")
     r = run_tdiff(["sample", "-m", work / "text.jsonl", "--device", "cpu"])
     one_line_error(r, 65)
+    big = "长" * ((16 << 20) // 3) + "\n"                                  # one 16 MB line
+    r = run_tdiff(["clean", "--max-chars", "64", "--quiet"], input=big)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) > 1000, r.stderr.decode()
     r = run_tdiff(["sample", "-m", tmp_path / "missing.safetensors", "--device", "cpu"])
     one_line_error(r, 66)
     (tmp_path / "c.yaml").write_text("lr: [unclosed\n")

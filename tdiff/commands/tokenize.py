@@ -268,6 +268,13 @@ def _init_worker(model_bytes: bytes, meta: dict, name: str, decode: bool, keep_t
     _state.update(tok=tok, name=name, decode=decode, keep_text=keep_text)
 
 
+def _pool_worker(*args) -> None:
+    from tdiff.text.pretokenize import worker_signals
+
+    worker_signals()
+    _init_worker(*args)
+
+
 def _work(chunk: tuple[int, list[bytes]]) -> tuple[str, int, int, int]:
     """Encode or decode one batch: (JSONL text, records, characters, ids)."""
     from tdiff.io import dumps
@@ -344,7 +351,7 @@ def _run(source, name: str, out: IO[str], tok, *, decode: bool, keep_text: bool,
         if tok.pretokenize == "jieba" and not decode and pool_context().get_start_method() == "fork":
             init_jieba()  # once here; forked workers inherit the loaded dictionary
         args = (tok.to_bytes(), tok.meta, name, decode, keep_text, 1, True)
-        with pool_context().Pool(jobs, initializer=_init_worker, initargs=args) as pool:
+        with pool_context().Pool(jobs, initializer=_pool_worker, initargs=args) as pool:
             pending: deque = deque()
             for chunk in _chunks(source):
                 pending.append(pool.apply_async(_work, (chunk,)))

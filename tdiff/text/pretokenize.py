@@ -84,7 +84,21 @@ def _segment_for_training(text: str) -> str:
     return DELIMITER.join(jieba_words(text.replace(DELIMITER, "")))
 
 
+def worker_signals() -> None:
+    """Default signal handling in a pool worker.
+
+    A forked worker inherits the parent's SIGTERM handler (tdiff.cli raises an exception there
+    so that temp files are removed); `Pool.terminate()` stops workers with SIGTERM, and the
+    inherited handler would print a traceback from each. Workers die quietly instead, and leave
+    Ctrl-C to the parent, which ends the pool."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _pool_init_jieba() -> None:
+    worker_signals()
     init_jieba(quiet=True)
 
 
