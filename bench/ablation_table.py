@@ -17,6 +17,15 @@ import sys
 from pathlib import Path
 
 
+def _summary(log: Path) -> dict:
+    """The training summary line of LOG ({} while training still runs or when there is no log)."""
+    try:
+        text = log.read_text()
+        return json.loads(text.split("summary ", 1)[1].splitlines()[0])
+    except (OSError, IndexError, ValueError):
+        return {}
+
+
 def row(run: Path) -> str:
     def load(name):
         p = run / name
@@ -25,7 +34,7 @@ def row(run: Path) -> str:
         except (OSError, ValueError):
             return None
 
-    dit = json.loads((run / "train.log").read_text().split("summary ", 1)[1].splitlines()[0]) if (run / "train.log").exists() else {}
+    dit = _summary(run / "train.log")
     ev, fr = load("eval.json"), load("frontier.json")
     gains = {float(t): v["gain"] for t, v in ev["noise_levels"]["by_t"].items()} if ev else {}
     best = max((g, t) for t, g in gains.items() if 0.6 <= t <= 0.9) if gains else (None, None)

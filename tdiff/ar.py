@@ -176,11 +176,12 @@ def _model_device(model, device):
 
 def generate_ar(model, tok, num: int, batch_size: int = 16, max_new_tokens: int = 0, temperature: float = 1.0,
                 top_k: int = 0, top_p: float = 1.0, seed: int = 0, device=None,
-                dtype: str = "fp32") -> Iterator[dict]:
-    """Yield NUM records {"text", "ids", "index", "seed"} sampled from [bos].
+                dtype: str = "fp32", prompt: list[int] | None = None) -> Iterator[dict]:
+    """Yield NUM records {"text", "ids", "index", "seed"} sampled from [bos] + PROMPT (token ids,
+    kept at the start of each record's ids and text).
 
     `model.generate` with the KV cache; every sequence in a batch starts from the same
-    one-token prompt, so there is no left padding. Greedy at temperature 0, else sampling
+    prompt, so there is no left padding. Greedy at temperature 0, else sampling
     with temperature, top-k (0: off) and top-p (1: off). Generation stops at eos (cut off,
     with anything after it) or after MAX_NEW_TOKENS (0: as many as the positions allow).
     unk, bos and pad are never generated. Batch k is seeded with derive_seed(seed, k): the
@@ -195,12 +196,16 @@ def generate_ar(model, tok, num: int, batch_size: int = 16, max_new_tokens: int 
         raise UsageError("--num must be ≥ 0 and --batch-size ≥ 1")
     if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
         raise UsageError("need --temperature ≥ 0, --top-k ≥ 0 and 0 < --top-p ≤ 1")
-    limit = model.config.n_positions - 1
+    prompt = list(prompt or [])
+    limit = model.config.n_positions - 1 - len(prompt)
+    if limit < 1:
+        raise UsageError(f"--prompt: {len(prompt)} tokens leave no room in this model's "
+                         f"{model.config.n_positions} positions")
     if max_new_tokens <= 0:
         max_new_tokens = limit
     if max_new_tokens > limit:
-        raise UsageError(f"at most {limit} new tokens fit this model's {limit + 1} positions "
-                         f"(asked for {max_new_tokens})")
+        raise UsageError(f"at most {limit} new tokens fit this model's {model.config.n_positions} positions "
+                         f"after the prompt (asked for {max_new_tokens})")
     device = _model_device(model, device)
     bos, eos, pad = model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id
     specials = {bos, eos, pad, tok.unk_id}
@@ -215,16 +220,16 @@ def generate_ar(model, tok, num: int, batch_size: int = 16, max_new_tokens: int 
     done, k = 0, 0
     while done < num:
         b = min(batch_size, num - done)
-        prompt = torch.full((b, 1), bos, dtype=torch.long, device=device)       # (B, 1)
+        start = torch.tensor([[bos] + prompt] * b, dtype=torch.long, device=device)   # (B, 1 + P)
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(derive_seed(seed, k))
             with torch.inference_mode(), autocast(device, dtype), quiet_transformers():
-                out = model.generate(prompt, attention_mask=torch.ones_like(prompt), generation_config=gconf)
-        rows = out[:, 1:].cpu().tolist()                                        # (B, ≤ max_new_tokens)
+                out = model.generate(start, attention_mask=torch.ones_like(start), generation_config=gconf)
+        rows = out[:, start.shape[1]:].cpu().tolist()                           # (B, ≤ max_new_tokens)
         for i, row in enumerate(rows):
             if eos in row:
                 row = row[:row.index(eos)]
-            ids = [int(t) for t in row if t not in specials]
+            ids = prompt + [int(t) for t in row if t not in specials]
             yield {"text": tok.decode(ids), "ids": ids, "index": done + i, "seed": seed}
         done += b
         k += 1

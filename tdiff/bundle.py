@@ -64,11 +64,26 @@ class Bundle:
         c = self.dit.config
         return (c.max_len, c.latent_dim)
 
-    def x0_estimate(self, x_t, t, self_cond=None, label=None, cond_x=None, cond_mask=None, round_x0=False):
-        """Network output → x0 estimate. x_t (B, N, D); t float (B,) in [0, 1]. With ROUND_X0 the
-        estimate is snapped through the VAE (`round_x0`) before known positions are restored."""
-        from tdiff.diffusion.process import pred_to_x0
+    @property
+    def labels(self) -> list[str]:
+        """The label names of a label-conditional model (`train --label-field`), else []."""
+        return list(self.config.get("labels", {}).get("names", []))
 
+    @property
+    def known_spans(self) -> bool:
+        """Whether the model was trained on known spans (diffusion/spans.py): prompts, infilling,
+        editing and exact lengths."""
+        return bool(self.diffusion.get("known_spans", False))
+
+    def x0_estimate(self, x_t, t, self_cond=None, label=None, cond_x=None, cond_mask=None, round_x0=False):
+        """Network output → x0 estimate. x_t (B, N, D); t float (B,) in [0, 1]. The network sees
+        the clean known latents at known positions (`spans.merge`, as in training), and they are
+        the estimate there. With ROUND_X0 the estimate is snapped through the VAE (`round_x0`)
+        before known positions are restored."""
+        from tdiff.diffusion.process import pred_to_x0
+        from tdiff.diffusion.spans import merge
+
+        x_t = merge(x_t, cond_x, cond_mask)                             # (B, N, D)
         alpha, sigma = self.schedule.alpha_sigma(t.double())           # (B,), float64
         tt = t.to(x_t.dtype)
         pred = self.dit(x_t, tt, self_cond=self_cond, label=label, cond_x=cond_x, cond_mask=cond_mask)
@@ -76,9 +91,7 @@ class Bundle:
                         alpha.to(x_t.dtype), sigma.to(x_t.dtype))
         if round_x0:
             x0 = self.round_x0(x0)
-        if cond_mask is not None and cond_x is not None:
-            x0 = cond_mask * cond_x + (1 - cond_mask) * x0              # known positions stay known
-        return x0
+        return merge(x0, cond_x, cond_mask)                             # known positions stay known
 
     def round_x0(self, x0):
         """Snap normalized latents (B, N, D) to the latents of the tokens they decode to:
@@ -88,19 +101,38 @@ class Bundle:
         ids = vae.decode(vae.denormalize(x0)).argmax(-1)                  # (B, L)
         return vae.normalize(vae.encode(ids)[0]).to(x0.dtype)             # (B, N, D)
 
-    def denoiser(self, label=None, cond_x=None, cond_mask=None, round_x0: bool = False):
+    def denoiser(self, label=None, cond_x=None, cond_mask=None, round_x0: bool = False, guidance: float = 0.0):
         """A solver's `denoise(x_t, t)` closure; carries the self-conditioning state between steps.
-        With ROUND_X0 every x0 estimate is snapped through the VAE (`round_x0`)."""
+        With ROUND_X0 every x0 estimate is snapped through the VAE (`round_x0`).
+
+        With LABEL (B,) and GUIDANCE w > 0: classifier-free guidance (Ho & Salimans 2022, eq. 6,
+        written for x0): x̂0 = x̂0(label) + w·(x̂0(label) − x̂0(null)), the two branches run as one
+        batch of 2B, each with its own self-conditioning state. w = 0 is plain conditional sampling."""
+        import torch
+
         state = {"prev": None}
         use_sc = self.diffusion.get("self_condition", True)
+        if not guidance or label is None:
+            def denoise(x_t, t):
+                x0 = self.x0_estimate(x_t, t, self_cond=state["prev"] if use_sc else None,
+                                      label=label, cond_x=cond_x, cond_mask=cond_mask, round_x0=round_x0)
+                state["prev"] = x0
+                return x0
 
-        def denoise(x_t, t):
-            x0 = self.x0_estimate(x_t, t, self_cond=state["prev"] if use_sc else None,
-                                  label=label, cond_x=cond_x, cond_mask=cond_mask, round_x0=round_x0)
-            state["prev"] = x0
-            return x0
+            return denoise
 
-        return denoise
+        two = (lambda v: None if v is None else torch.cat([v, v]))           # (B, ...) → (2B, ...)
+        labels2 = torch.cat([label, torch.full_like(label, -1)])             # (2B,) conditional, then null
+        cond_x2, cond_mask2 = two(cond_x), two(cond_mask)
+
+        def guided(x_t, t):
+            x0 = self.x0_estimate(two(x_t), two(t), self_cond=state["prev"] if use_sc else None,
+                                  label=labels2, cond_x=cond_x2, cond_mask=cond_mask2, round_x0=round_x0)
+            state["prev"] = x0                                                # (2B, N, D): one state per branch
+            x0_c, x0_u = x0.chunk(2)                                          # (B, N, D) each
+            return x0_c + guidance * (x0_c - x0_u)
+
+        return guided
 
 
 def load_bundle(path, device="cpu", use_ema: bool = True) -> Bundle:

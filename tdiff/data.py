@@ -61,10 +61,11 @@ def split(data: TokenData, fraction: float) -> tuple[TokenData, TokenData]:
     return tr, te
 
 
-def read_split(path, vocab_size: int, fraction: float) -> tuple[TokenData, TokenData, TokenData]:
+def read_split(path, vocab_size: int, fraction: float,
+               label_field: str | None = None) -> tuple[TokenData, TokenData, TokenData]:
     """(all, train, held-out) token data of PATH for training; a DataError when there is nothing
     to train on (no records, or every one held out)."""
-    data = read_ids(path, vocab_size=vocab_size)
+    data = read_ids(path, vocab_size=vocab_size, label_field=label_field)
     if not data.seqs:
         raise DataError(f"{display_name(path)}: no token records to train on")
     train, held = split(data, fraction)
@@ -82,6 +83,30 @@ def pad_batch(seqs, max_len: int, pad_id: int):
         s = s[:max_len]
         out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
     return out
+
+
+def text_lengths(ids, pad_id: int):
+    """(B,) index of the first pad of each row of IDS (B, L), L when it has none: the text's length."""
+    import torch
+
+    is_pad = ids == pad_id                                                  # (B, L)
+    full = torch.full_like(is_pad[:, 0], ids.shape[-1], dtype=torch.long)
+    return torch.where(is_pad.any(-1), is_pad.long().argmax(-1), full)      # (B,)
+
+
+def label_index(labels: list, field: str, name: str) -> tuple[list[str], list[int]]:
+    """(the sorted distinct labels, each record's index into them) of LABELS read from FIELD;
+    labels are compared as strings. A DataError when a record lacks the field or fewer than two
+    labels occur (nothing to steer between)."""
+    missing = sum(1 for lab in labels if lab is None)
+    if missing:
+        raise DataError(f"{name}: {missing:,} of {len(labels):,} records have no {field!r} field "
+                        f"(--label-field {field}: every record needs a label)")
+    names = sorted({str(lab) for lab in labels})
+    if len(names) < 2:
+        raise DataError(f"{name}: --label-field {field}: only one label ({names[0]!r}); guidance needs two or more")
+    pos = {n: i for i, n in enumerate(names)}
+    return names, [pos[str(lab)] for lab in labels]
 
 
 def batches(n: int, batch_size: int, seed: int, start_step: int = 0):

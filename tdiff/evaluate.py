@@ -48,6 +48,7 @@ class TextRecords:
     path: str
     texts: list
     ids: list | None          # list[list[int]] when every record has ids, else None
+    requests: list | None = None   # per record, the control request it answers ({"prompt"} or {"source", "mask"}) or None
 
 
 def read_texts(path, need_text: bool = True, max_records: int = 0, opt: str = "input") -> TextRecords:
@@ -59,6 +60,7 @@ def read_texts(path, need_text: bool = True, max_records: int = 0, opt: str = "i
     if path is not None and str(path) != "-" and not Path(path).exists():
         raise NoInputError(f"{opt} file '{path}' does not exist")
     texts, ids, all_ids = [], [], True
+    requests = []
     for n, rec in iter_jsonl(path):
         if max_records and len(texts) >= max_records:
             break
@@ -74,7 +76,23 @@ def read_texts(path, need_text: bool = True, max_records: int = 0, opt: str = "i
             raise DataError(f"{name}:{n}: field 'ids' must be a list of integers")
         else:
             all_ids = False
-    return TextRecords(name, texts, ids if all_ids and texts else None)
+        requests.append(_request_of(rec, name, n))
+    return TextRecords(name, texts, ids if all_ids and texts else None,
+                       requests if any(q is not None for q in requests) else None)
+
+
+def _request_of(rec: dict, name: str, n: int) -> dict | None:
+    """The control request a sample record of `tdiff sample` carries: {"prompt"}, {"source", "mask"}, or None."""
+    if isinstance(rec.get("prompt"), str):
+        return {"prompt": rec["prompt"]}
+    if isinstance(rec.get("source"), str) and "mask" in rec:
+        mask = rec["mask"]
+        ok = isinstance(mask, list) and all(
+            isinstance(m, list) and len(m) == 2 and all(isinstance(v, int) for v in m) for m in mask)
+        if not ok:
+            raise DataError(f"{name}:{n}: field 'mask' must be a list of [start, end] character offsets")
+        return {"source": rec["source"], "mask": mask}
+    return None
 
 
 def read_heldout_ids(path, vocab_size: int, max_records: int = 0) -> list:
@@ -361,6 +379,62 @@ def reference_metrics(texts, refs) -> dict:
         "length_ratio": M.length_ratio([len(t) for t in texts], [len(t) for t in refs]),
         "length_chars": M.length_stats(len(t) for t in refs),
     }
+
+
+def known_and_spans(source: str, mask) -> tuple[list[str], list[str]]:
+    """The known parts of SOURCE around the MASK spans ([start, end] characters, in order), and the spans."""
+    parts, spans, pos = [], [], 0
+    for a, b in mask:
+        parts.append(source[pos:a])
+        spans.append(source[a:b])
+        pos = b
+    parts.append(source[pos:])
+    return parts, spans
+
+
+def filled_spans(text: str, parts: list[str]) -> list[str] | None:
+    """What TEXT put between the known PARTS (kept in order: the first at the start, the last at the
+    end); None when the known text is not all there."""
+    if not text.startswith(parts[0]) or not text.endswith(parts[-1]) or len(text) < len(parts[0]) + len(parts[-1]):
+        return None
+    body, out, pos = text[len(parts[0]):len(text) - len(parts[-1])], [], 0
+    for part in parts[1:-1]:
+        i = body.find(part, pos)
+        if i < 0:
+            return None
+        out.append(body[pos:i])
+        pos = i + len(part)
+    out.append(body[pos:])
+    return out
+
+
+def control_metrics(texts, requests) -> dict:
+    """Kept-text fidelity of prompted and edited/infilled samples (share whose known text is there,
+    verbatim and in place) and, for edits, character ROUGE-L and BLEU of the filled spans against the
+    source's spans, and their length ratio."""
+    prompts = [(t, q) for t, q in zip(texts, requests) if q is not None and "prompt" in q]
+    edits = [(t, q) for t, q in zip(texts, requests) if q is not None and "source" in q]
+    out = {}
+    if prompts:
+        kept = [t.startswith(q["prompt"]) for t, q in prompts]
+        cont = [t[len(q["prompt"]):] for (t, q), k in zip(prompts, kept) if k]
+        out["prompt"] = {"records": len(prompts), "kept": sum(kept) / len(prompts),
+                         "continuation_chars": M.length_stats(len(c) for c in cont) if cont else None}
+    if edits:
+        hyps, refs, kept = [], [], 0
+        for t, q in edits:
+            parts, spans = known_and_spans(q["source"], q["mask"])
+            got = filled_spans(t, parts)
+            if got is not None:
+                kept += 1
+                hyps.append("".join(got))
+                refs.append("".join(spans))
+        e = {"records": len(edits), "kept": kept / len(edits)}
+        if hyps:
+            e.update(span_rouge_l=M.rouge_l(hyps, refs, char_level=True), span_bleu=M.bleu(hyps, refs, tokenize="zh"),
+                     span_length_ratio=M.length_ratio([len(h) for h in hyps], [len(r) for r in refs]))
+        out["edit"] = e
+    return out
 
 
 # ---------------------------------------------------------------------------

@@ -25,6 +25,8 @@ class SampleOptions:
     dtype: str = "fp32"
     time_grid: str = "uniform"     # uniform | logsnr | warp (the model's training time warp)
     round_x0: bool = False         # snap each x0 estimate through the VAE (decode → encode)
+    guidance: float = 0.0          # classifier-free guidance weight w (label-conditional models)
+    repetition_penalty: float = 1.0   # > 1: lower the logits of tokens already decoded in the row
 
 
 def filter_logits(logits, temperature: float, top_k: int, top_p: float, generator):
@@ -90,6 +92,8 @@ def check_options(opts: SampleOptions) -> None:
 
     if opts.time_grid not in TIME_GRIDS:
         raise UsageError(f"--time-grid {opts.time_grid!r}: choose one of {', '.join(TIME_GRIDS)}")
+    if opts.guidance < 0 or opts.repetition_penalty < 1:
+        raise UsageError("--guidance must be ≥ 0 and --repetition-penalty ≥ 1")
 
 
 def sample_latents(bundle, b: int, opts: SampleOptions, generator, device, callback=None,
@@ -106,18 +110,39 @@ def sample_latents(bundle, b: int, opts: SampleOptions, generator, device, callb
         raise UsageError("--time-grid warp: this model has no time warp (train it with --t-sampling adaptive)")
     ts = time_grid(opts.steps, bundle.schedule, opts.time_grid, warp=bundle.timewarp).to(device)
     kw = {"eta": opts.eta} if opts.solver == "ddim" else {}
-    denoise = bundle.denoiser(label=label, cond_x=cond_x, cond_mask=cond_mask, round_x0=opts.round_x0)
+    denoise = bundle.denoiser(label=label, cond_x=cond_x, cond_mask=cond_mask, round_x0=opts.round_x0,
+                              guidance=opts.guidance)
     with torch.inference_mode(), autocast(device, opts.dtype):
         return get_solver(opts.solver)(denoise, x, ts, bundle.schedule, generator=generator, callback=callback,
                                        **kw)
 
 
-def latents_to_ids(bundle, z, opts: SampleOptions, generator):
+def penalize_repeats(logits, penalty: float):
+    """LOGITS (B, L, V) with the logits of each row's already likely tokens lowered: every token
+    that is the argmax somewhere else in the row has its logit divided by PENALTY where positive,
+    multiplied where negative (CTRL's repetition penalty, Keskar et al. 2019 §4.1, applied to a
+    non-autoregressive decoder: "already decoded" means the argmax at another position)."""
+    import torch
+
+    if penalty == 1.0:
+        return logits
+    b, L, v = logits.shape
+    top = logits.argmax(-1)                                                  # (B, L)
+    seen = torch.zeros(b, v, device=logits.device)
+    seen.scatter_add_(1, top, torch.ones_like(top, dtype=seen.dtype))         # (B, V) argmax counts
+    others = seen[:, None, :] - torch.nn.functional.one_hot(top, v).to(seen.dtype)   # (B, L, V) elsewhere
+    hit = others > 0
+    scaled = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(hit, scaled, logits)
+
+
+def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None):
     """Normalized latents (B, N, D) → token ids (B, L) through the VAE decoder.
 
-    The first position never decodes to pad, bos or eos: a text is at least one token long
-    (no training text is empty; without this a sample whose first latent lands nearest the
-    pad decodes to an empty string)."""
+    Where MUST_TEXT (B, L) is true the decoder may not pick pad, bos or eos (inside a span to fill,
+    or before a fixed end). Without it the first position is such a position: a text is at least
+    one token long (no training text is empty; without this a sample whose first latent lands
+    nearest the pad decodes to an empty string)."""
     import torch
 
     from tdiff.device import autocast
@@ -126,32 +151,143 @@ def latents_to_ids(bundle, z, opts: SampleOptions, generator):
     with torch.inference_mode():
         with autocast(z.device, opts.dtype):
             logits = bundle.vae.decode(bundle.vae.denormalize(z.float())).float()   # (B, L, V)
+        logits = penalize_repeats(logits, opts.repetition_penalty)
         banned = [i for i in (tok.pad_id, tok.bos_id, tok.eos_id) if i is not None and 0 <= i < logits.shape[-1]]
-        logits[:, 0, banned] = float("-inf")
+        if must_text is None:
+            logits[:, 0, banned] = float("-inf")
+        else:
+            rows, cols = torch.nonzero(must_text.to(logits.device), as_tuple=True)
+            for i in banned:
+                logits[rows, cols, i] = float("-inf")
         return filter_logits(logits, opts.temperature, opts.top_k, opts.top_p, generator)
 
 
-def generate(bundle, opts: SampleOptions, device):
-    """Yield OPTS.num records {"text", "ids", "index", "seed", "steps", "solver"}.
+def unconditional(window: int):
+    """The template of a plain sample: nothing known, the text at least one token long."""
+    from tdiff.control import Template
 
-    Batch k draws its noise from a generator seeded with derive_seed(seed, k): the same
-    seed, batch size, device and dtype give the same records, byte for byte (timing is
+    return Template(ids=[0] * window, known=[False] * window, must_text=[True] + [False] * (window - 1), tail=0)
+
+
+def label_index(bundle, label):
+    """The model's index of label name LABEL (None: the null label, -1); a UsageError naming the known labels."""
+    if label is None:
+        return -1
+    names = bundle.labels
+    if not names:
+        raise UsageError(f"--label {label!r}: this model has no labels (train it with --label-field)")
+    if label not in names:
+        raise UsageError(f"--label {label!r}: unknown; this model knows {', '.join(names)}")
+    return names.index(label)
+
+
+def check_spans(bundle) -> None:
+    """A usage error when the model was not trained on known spans."""
+    if not bundle.known_spans:
+        raise UsageError("--prompt/--infill/--edit/--length/--segments: this model was trained without known spans "
+                         "(retrain with `tdiff train --cond-prob 0.25`, the default)")
+
+
+def check_guidance(bundle, opts: SampleOptions, label) -> None:
+    """A usage error for guidance the model cannot give."""
+    if opts.guidance and not bundle.labels:
+        raise UsageError("--guidance: this model has no labels (train it with --label-field)")
+    if opts.guidance and label is None:
+        raise UsageError("--guidance: give the --label to steer towards")
+
+
+def generate(bundle, opts: SampleOptions, device, requests=None, *, first_batch: int = 0):
+    """Yield one record per request {"text", "ids", "index", "seed", "steps", "solver"} plus the
+    request's own fields: REQUESTS is an iterable of tdiff.control.Template (each generated once),
+    or None for OPTS.num unconditional samples.
+
+    Batch k draws its noise from a generator seeded with derive_seed(seed, FIRST_BATCH + k):
+    the same seed, batch size, device and dtype give the same records, byte for byte (timing is
     the caller's to report, on stderr).
     """
+    import itertools
+
+    import torch
+
+    from tdiff.control import assemble
+    from tdiff.diffusion.spans import condition, force_known
     from tdiff.seeds import generator
 
     check_options(opts)
     tok = bundle.tokenizer
+    window = bundle.vae.config.max_len
+    if requests is None:
+        plain = unconditional(window)
+        requests = itertools.repeat(plain, opts.num)
+    it = iter(requests)
     done = 0
     k = 0
-    while done < opts.num:
-        b = min(opts.batch_size, opts.num - done)
-        g = generator(opts.seed, k, "sample", device)
-        z = sample_latents(bundle, b, opts, g, device)
-        ids = latents_to_ids(bundle, z, opts, g).cpu().tolist()
-        for i, row in enumerate(ids):
-            kept = trim_ids(row, tok)
-            yield {"text": tok.decode(kept), "ids": kept, "index": done + i, "seed": opts.seed,
+    while True:
+        batch = list(itertools.islice(it, opts.batch_size))
+        if not batch:
+            return
+        b = len(batch)
+        g = generator(opts.seed, first_batch + k, "sample", device)
+        cond_x = cond_mask = label = None
+        known = must = ids = None
+        if any(t.conditional for t in batch):
+            check_spans(bundle)
+            ids = torch.tensor([t.ids for t in batch], dtype=torch.long, device=device)        # (B, L)
+            known = torch.tensor([t.known for t in batch], dtype=torch.bool, device=device)    # (B, L)
+            with torch.inference_mode():
+                cond_x, cond_mask = condition(bundle.vae, ids, known, tok.unk_id)            # (B, N, D), (B, N, 1)
+        labels = [label_index(bundle, t.label) for t in batch]
+        if any(i >= 0 for i in labels) or opts.guidance:
+            check_guidance(bundle, opts, batch[0].label)
+            label = torch.tensor(labels, dtype=torch.long, device=device)                     # (B,)
+        must = torch.tensor([t.must_text for t in batch], dtype=torch.bool)                 # (B, L)
+        z = sample_latents(bundle, b, opts, g, device, label=label, cond_x=cond_x, cond_mask=cond_mask)
+        pred = latents_to_ids(bundle, z, opts, g, must_text=must)                             # (B, L)
+        if known is not None:
+            pred = force_known(pred, ids, known)
+        for i, (row, t) in enumerate(zip(pred.cpu().tolist(), batch)):
+            kept = assemble(row, t, tok, trim_ids)
+            yield {**t.fields, "text": tok.decode(kept), "ids": kept, "index": done + i, "seed": opts.seed,
                    "steps": opts.steps, "solver": opts.solver}
         done += b
         k += 1
+
+
+SEGMENT_SHIFT = 19   # window j of batch k draws sample-stream index k + j·2^19 (below the next stream's 2^30)
+
+
+def generate_long(bundle, opts: SampleOptions, device, requests=None, *, segments: int, overlap: int):
+    """Texts longer than the window (seed 004 §5.4): each request is generated, then SEGMENTS − 1
+    times continued by a segment whose first OVERLAP tokens are the last tokens of the text so far,
+    given as known tokens (the prompt mechanism) and the rest of its window generated. Only what
+    follows the overlap is appended, so a join neither repeats nor drops text. Records as
+    `generate`, plus "segments": the tokens each segment added."""
+    import itertools
+
+    from tdiff.control import continuation
+
+    window = bundle.vae.config.max_len
+    if not 1 <= overlap < window:
+        raise UsageError(f"--overlap {overlap}: must be between 1 and {window - 1} (the model's window is {window})")
+    tok = bundle.tokenizer
+    it = iter(itertools.repeat(unconditional(window), opts.num) if requests is None else requests)
+    kb = 0
+    while True:
+        batch = list(itertools.islice(it, opts.batch_size))
+        if not batch:
+            return
+        recs = list(generate(bundle, opts, device, batch, first_batch=kb))
+        added = [[len(r["ids"])] for r in recs]
+        for j in range(1, segments):
+            tails = [r["ids"][-overlap:] for r in recs]
+            nxt = generate(bundle, opts, device, [continuation(t, window, tok.pad_id) for t in tails],
+                           first_batch=kb + (j << SEGMENT_SHIFT))
+            for r, t, a, n in zip(recs, tails, added, nxt):
+                new = n["ids"][len(t):]
+                r["ids"] = r["ids"] + new
+                a.append(len(new))
+        for r, a in zip(recs, added):
+            r["text"] = tok.decode(r["ids"])
+            r["segments"] = a
+            yield r
+        kb += 1

@@ -374,6 +374,29 @@ def test_cli_closed_pipe_exits_quietly(models, tmp_path):
         assert "Traceback" not in err
 
 
+def test_sigterm_with_worker_processes_is_quiet(models, tmp_path):
+    """SIGTERM to `tokenize -j 2`: exit 143, and the pool's workers (stopped by Pool.terminate with
+    SIGTERM) die quietly instead of printing the parent's handler's traceback (a CI failure)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    src = tmp_path / "big.jsonl"
+    src.write_text(_jsonl({"text": t} for t in HANDMADE * 4000), encoding="utf-8")
+    p = subprocess.Popen([sys.executable, "-m", "tdiff", "tokenize", "-m", str(models[("none", "bpe")]),
+                          "-i", str(src), "-q", "-j", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         cwd=ROOT, env={**os.environ, "PYTHONUTF8": "1"})
+    assert json.loads(p.stdout.readline())["ids"]
+    p.send_signal(signal.SIGTERM)
+    p.stdout.read()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 143, err
+    assert "Traceback" not in err
+
+
 def _err(r) -> str:
     return r.stderr.decode("utf-8", "replace")
 

@@ -148,6 +148,8 @@ def eval_cmd(
 
             judge_model, judge_tok = load_ar(judge, dev)
         result["samples"] = E.sample_metrics(smp.texts, smp.ids, judge_tok, real_texts)
+        if smp.requests is not None:
+            result["control"] = E.control_metrics(smp.texts, smp.requests)
         if judge_model is not None:
             result["judge"] = E.judge_metrics(judge_model, judge_tok, smp.texts, real_texts, seed=seed,
                                               device=dev, dtype=dtype)

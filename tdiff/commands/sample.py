@@ -25,7 +25,30 @@ def sample(
     temperature: Optional[float] = typer.Option(
         None, "--temperature", min=0.0, max=100.0,
         help="Decoding temperature (0: greedy). Default 0 for diffusion models (VAE logits), 1 for AR models."),
-    length: int = typer.Option(0, "--length", min=0, max=1_000_000, help="AR models: at most this many new tokens (0: as many as fit)."),
+    length: int = typer.Option(0, "--length", min=0, max=1_000_000,
+                               help="Diffusion models: exactly this many generated tokens (after --prompt, if any); "
+                                    "AR models: at most this many new tokens. 0: the model chooses."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="Continue this beginning (kept verbatim)."),
+    infill: Optional[str] = typer.Option(None, "--infill", help="Fill the [MASK:n] (n tokens) and [MASK] (--mask-len "
+                                         "tokens; at the very end: a free continuation) spans of this text."),
+    edit: Optional[str] = typer.Option(None, "--edit", help="Regenerate the [[…]] spans of this text, each with as "
+                                       "many tokens as it holds; the rest is kept."),
+    mask_len: int = typer.Option(8, "--mask-len", min=1, max=100_000, help="Tokens of a [MASK] without a number."),
+    input: Optional[str] = typer.Option(None, "--input", "-i", help="Requests JSONL ({\"prompt\": …} or {\"text\": …, "
+                                        "\"mask\": [[start, end], …]}, optional \"length\", \"label\"); - for stdin. "
+                                        "Other fields pass through to the output."),
+    label: Optional[str] = typer.Option(None, "--label", help="Generate text of this label (models trained with "
+                                        "--label-field)."),
+    guidance: float = typer.Option(0.0, "--guidance", min=0.0, max=100.0, help="Classifier-free guidance weight "
+                                   "towards --label (0: plain conditional sampling)."),
+    segments: int = typer.Option(1, "--segments", min=1, max=1000, help="Write text longer than the model's window: "
+                                 "continue each sample this many windows, each new window given the last --overlap "
+                                 "tokens of the text so far."),
+    overlap: int = typer.Option(0, "--overlap", min=0, max=100_000, help="With --segments: tokens each new window is "
+                                "given (0: a quarter of the window)."),
+    repetition_penalty: float = typer.Option(1.0, "--repetition-penalty", min=1.0, max=100.0,
+                                             help="Lower the logits of tokens decoded elsewhere in the same "
+                                                  "sample (1: off)."),
     top_k: int = typer.Option(0, "--top-k", min=0, help="Sample only among the k most likely tokens (0: off)."),
     top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1: off)."),
     time_grid: Literal[choices.TIME_GRIDS] = typer.Option(
@@ -49,34 +72,49 @@ def sample(
     from tdiff.bundle import load_bundle
     from tdiff.device import resolve_device, torch_dtype
     from tdiff.io import JsonlWriter, open_output
-    from tdiff.sample import SampleOptions, check_options, generate
+    from tdiff.sample import SampleOptions, check_options, generate, generate_long
 
     torch_dtype(dtype)
     from tdiff.ar import is_ar_dir
 
+    from tdiff.errors import UsageError
+
     if is_ar_dir(model):
-        if round_x0 or time_grid != "uniform":
-            from tdiff.errors import UsageError
-
-            raise UsageError("--round-x0 and --time-grid apply to diffusion models, not to a train-ar directory")
+        given = [n for n, v in (("--round-x0", round_x0), ("--time-grid", time_grid != "uniform"),
+                                ("--infill", infill is not None),
+                                ("--edit", edit is not None), ("--input", input is not None),
+                                ("--label", label is not None), ("--guidance", guidance > 0),
+                                ("--repetition-penalty", repetition_penalty != 1.0),
+                                ("--segments", segments > 1)) if v]
+        if given:
+            raise UsageError(f"{', '.join(given)}: diffusion models only, not a train-ar directory")
         return _sample_ar(model, output, num, batch_size, length, 1.0 if temperature is None else temperature,
-                          top_k, top_p, seed, device, dtype)
-    if length:
-        from tdiff.errors import UsageError
-
-        raise UsageError("--length applies to AR models only in this version (diffusion samples choose their length)")
+                          top_k, top_p, seed, device, dtype, prompt)
+    if input is not None and any(v is not None for v in (prompt, infill, edit)):
+        raise UsageError("--input: the requests come from the file; drop --prompt/--infill/--edit")
     temperature = 0.0 if temperature is None else temperature
     opts = SampleOptions(num=num, batch_size=batch_size, steps=steps, solver=solver, eta=eta,
                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, dtype=dtype,
-                         time_grid=time_grid, round_x0=round_x0)
+                         time_grid=time_grid, round_x0=round_x0, guidance=guidance,
+                         repetition_penalty=repetition_penalty)
     check_options(opts)
     dev = resolve_device(device)
     bundle = load_bundle(model, dev, use_ema=not no_ema)
+    requests = _requests(bundle, input, num, prompt=prompt, infill=infill, edit=edit, length=length,
+                         mask_len=mask_len, label=label)
     t0 = time.perf_counter()
     ntok = 0
     with open_output(output) as out:
         w = JsonlWriter(out, flush_every=1)
-        for rec in generate(bundle, opts, dev):
+        if segments > 1:
+            from tdiff.sample import check_spans
+
+            check_spans(bundle)                           # later windows continue through known spans
+            window = bundle.vae.config.max_len
+            records = generate_long(bundle, opts, dev, requests, segments=segments, overlap=overlap or window // 4)
+        else:
+            records = generate(bundle, opts, dev, requests)
+        for rec in records:
             w.write(rec)
             ntok += len(rec["ids"])
     dt = time.perf_counter() - t0
@@ -84,7 +122,44 @@ def sample(
              f"{solver} {steps} steps on {dev}")
 
 
-def _sample_ar(model, output, num, batch_size, length, temperature, top_k, top_p, seed, device, dtype):
+def _requests(bundle, input, num, *, prompt, infill, edit, length, mask_len, label):
+    """The templates to generate (tdiff/control.py): each of --input's records, or the one of the
+    options, --num times; None for plain unconditional samples."""
+    import itertools
+
+    from tdiff import control
+    from tdiff.sample import check_spans, label_index
+
+    window = bundle.vae.config.max_len
+    tok = bundle.tokenizer
+    if input is None:
+        if prompt is None and infill is None and edit is None and not length and label is None:
+            return None
+        t = control.from_options(tok, window, prompt=prompt, infill=infill, edit=edit, length=length,
+                                 mask_len=mask_len, label=label)
+        label_index(bundle, label)                          # an unknown label fails before any work
+        if t.conditional:
+            check_spans(bundle)
+        return itertools.repeat(t, num)
+
+    from tdiff.io import display_name, iter_jsonl
+
+    name = display_name(input)
+
+    def records():
+        for n, rec in iter_jsonl(input):
+            if length and "length" not in rec and "mask" not in rec:
+                rec = {**rec, "length": length}
+            t = control.from_record(rec, tok, window, name, n, mask_len)
+            if t.label is None:
+                t.label = label
+            for _ in range(num):
+                yield t
+
+    return records()
+
+
+def _sample_ar(model, output, num, batch_size, length, temperature, top_k, top_p, seed, device, dtype, prompt=None):
     """`tdiff sample` on a train-ar directory: transformers `generate` with the KV cache."""
     import time
 
@@ -100,7 +175,10 @@ def _sample_ar(model, output, num, batch_size, length, temperature, top_k, top_p
     with open_output(output) as out:
         w = JsonlWriter(out, flush_every=1)
         for rec in generate_ar(m, tok, num, batch_size=batch_size, max_new_tokens=length, temperature=temperature,
-                               top_k=top_k, top_p=top_p, seed=seed, device=dev, dtype=dtype):
+                               top_k=top_k, top_p=top_p, seed=seed, device=dev, dtype=dtype,
+                               prompt=tok.encode(prompt) if prompt else None):
+            if prompt:
+                rec["prompt"] = prompt
             rec["solver"] = "ar"
             w.write(rec)
             ntok += len(rec["ids"])

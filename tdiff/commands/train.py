@@ -22,7 +22,14 @@ def train(
     self_condition: bool = typer.Option(True, "--self-condition/--no-self-condition",
                                         help="Train with self-conditioning (previous x0 estimate as input, 50% of steps)."),
     cond_prob: float = typer.Option(0.25, "--cond-prob", min=0.0, max=1.0,
-                                    help="Share of examples trained with a known span (prefix/infill conditioning channel)."),
+                                    help="Share of examples trained with known spans (a prompt, the text around "
+                                         "a hole, a known span, or a fixed length): what `sample --prompt/--infill/"
+                                         "--edit/--length` use (0: none of these)."),
+    label_field: str = typer.Option("", "--label-field", help="Train a label-conditional model on this JSONL "
+                                    "field of every record (e.g. label); `sample --label L --guidance W` steers by it."),
+    label_dropout: float = typer.Option(0.1, "--label-dropout", min=0.0, max=1.0,
+                                        help="With --label-field: share of rows shown the null label "
+                                             "(what classifier-free guidance contrasts with)."),
     t_sampling: Literal[choices.T_SAMPLINGS] = typer.Option(
         "adaptive", "--t-sampling", help="How training draws noise levels: adaptive (time warping: density ∝ "
         "how fast the denoiser's x0 error grows with t, where tokens are decided), or uniform in t."),
@@ -42,7 +49,7 @@ def train(
     from tdiff.training.train_dit import DiTTrainConfig, train_dit
 
     tc = DiTTrainConfig(preset=run.preset, schedule=schedule, target=target, self_condition=self_condition,
-                        cond_prob=cond_prob, t_sampling=t_sampling, decoder_ce=decoder_ce, d_model=d_model,
+                        cond_prob=cond_prob, label_field=label_field, label_dropout=label_dropout, t_sampling=t_sampling, decoder_ce=decoder_ce, d_model=d_model,
                         n_layers=n_layers, batch_size=run.batch_size, holdout=run.holdout, loop=run.loop)
     summary = train_dit(run.input, output, vae, tc, resolve_device(run.device), run.checkpoint_for(output),
                         log_path=run.log, resume=run.resume)

@@ -10,10 +10,11 @@ Two training-time options change what the network sees:
 
 - self-conditioning (Chen et al. 2023, "Analog Bits", §3.2): on half of the steps a first
   pass without gradient estimates x0, and the second pass gets that estimate as input;
-- known spans (`cond_prob`): a share of the rows get a span of clean latents through the
-  conditioning channel, and their x_t holds the clean latent at the known positions too,
-  so one network learns prompting (known prefix), infilling (unknown inner span) and
-  spans in context. Known positions are left out of the loss.
+- known spans (`cond_x`, `cond_mask` of :func:`tdiff.diffusion.spans.condition`, which the
+  trainer draws for a share of the rows): the known latents go through the conditioning
+  channel and replace x_t at the known positions (`spans.merge`, as sampling does), so one
+  network learns prompting, infilling, editing and exact lengths. Known positions are left
+  out of the loss.
 
 The schedule is never trained through this loss (α, σ are computed without gradient):
 the denoising loss alone would push every t towards low noise. A learned schedule gets
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .spans import merge
 from .process import add_noise, pred_to_eps, pred_to_x0, target as regression_target
 
 
@@ -53,32 +55,14 @@ def stratified_times(b: int, generator, device) -> torch.Tensor:
     return t[torch.randperm(b, generator=generator, device=device)]
 
 
-def random_cond_mask(b: int, n: int, prob: float, generator, device) -> torch.Tensor:
-    """(B, N, 1) float mask of known positions: for a PROB share of rows a known prefix,
-    an unknown inner span (the rest known) or a known inner span, with equal chance."""
-    mask = torch.zeros(b, n, 1, device=device)
-    use = torch.rand(b, generator=generator, device=device) < prob
-    for i in torch.nonzero(use).flatten().tolist():
-        a, c = sorted(torch.randint(0, n + 1, (2,), generator=generator, device=device).tolist())
-        kind = int(torch.randint(0, 3, (1,), generator=generator, device=device))
-        if kind == 0:      # prefix known (prompting)
-            mask[i, :c] = 1
-        elif kind == 1:    # a span unknown (infilling)
-            mask[i] = 1
-            mask[i, a:c] = 0
-        else:              # a span known
-            mask[i, a:c] = 1
-    return mask
-
-
 def diffusion_loss(dit, schedule, x0: torch.Tensor, *, target: str, generator, self_condition: bool = False,
-                   cond_prob: float = 0.0, label=None, eps_error: bool = False, t: torch.Tensor | None = None,
+                   cond_x: torch.Tensor | None = None, cond_mask: torch.Tensor | None = None, label=None, eps_error: bool = False, t: torch.Tensor | None = None,
                    estimates: bool = False, x0_grad: bool = False) -> LossTerms:
     """Per-example denoising loss of DIT on clean latents X0 (B, N, D) (module docstring).
 
     Random draws, in this order, all from GENERATOR: t (stratified; none when T (B,) is
-    given), ε, the known spans (when COND_PROB > 0), the self-conditioning coin (when
-    SELF_CONDITION). With EPS_ERROR the (detached) per-example ε error is returned too, for
+    given), ε, the self-conditioning coin (when SELF_CONDITION). COND_X (B, N, D) and
+    COND_MASK (B, N, 1) are the known spans (module docstring), or None. With EPS_ERROR the (detached) per-example ε error is returned too, for
     schedule learning; with ESTIMATES the noisy input, α_t, the network's x0 estimate (keeping
     its graph when X0_GRAD, for a loss through the VAE decoder), the unknown-position mask and
     the per-example x0 error (what :class:`tdiff.diffusion.timewarp.TimeWarp` tracks).
@@ -94,10 +78,7 @@ def diffusion_loss(dit, schedule, x0: torch.Tensor, *, target: str, generator, s
     a32, s32 = alpha.float(), sigma.float()
     eps = torch.randn(x0.shape, generator=generator, device=dev)         # (B, N, D)
     x_t = add_noise(x0, eps, a32, s32)                                   # (B, N, D)
-    cond_mask = random_cond_mask(b, n, cond_prob, generator, dev) if cond_prob > 0 else None   # (B, N, 1)
-    cond_x = x0 * cond_mask if cond_mask is not None else None
-    if cond_mask is not None:
-        x_t = cond_mask * x0 + (1 - cond_mask) * x_t                     # known positions are clean
+    x_t = merge(x_t, cond_x, cond_mask)                                  # known positions are clean
     tt = t.float()
     self_cond = None
     if self_condition and torch.rand((), generator=generator, device=dev).item() < 0.5:

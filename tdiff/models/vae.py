@@ -49,6 +49,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from tdiff.data import text_lengths  # noqa: F401  (re-exported: the decoded length)
 from tdiff.models.layers import MLP_KINDS, Block, RMSNorm, init_weights, rotary_cos_sin
 
 LATENT_STRIDES = (1, 2, 4)
@@ -141,14 +142,6 @@ class VAEConfig:
         if name not in PRESETS:
             raise ValueError(f"unknown VAE preset {name!r}; choose one of {', '.join(PRESETS)}")
         return cls.from_dict({**PRESETS[name], **overrides})
-
-
-def text_lengths(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """(B,) length of each row = index of its first pad (L when it has none)."""
-    L = ids.shape[-1]
-    is_pad = ids == pad_id  # (B, L)
-    first = torch.where(is_pad.any(-1), is_pad.int().argmax(-1), torch.full_like(is_pad[:, 0], L, dtype=torch.long))
-    return first.long()
 
 
 class TextVAE(nn.Module):

@@ -31,7 +31,9 @@ class DiTTrainConfig:
     schedule: str = "cosine"
     target: str = "v"                 # x0 | eps | v
     self_condition: bool = True
-    cond_prob: float = 0.25           # share of examples trained with a known span
+    cond_prob: float = 0.25           # share of examples trained with known spans (diffusion/spans.py)
+    label_field: str = ""             # JSONL field of a class label ("": unconditional)
+    label_dropout: float = 0.1        # share of labelled rows shown the null label (classifier-free guidance)
     t_sampling: str = "adaptive"      # adaptive | uniform (CDCD time warping, diffusion/timewarp.py)
     decoder_ce: float = 0.0           # weight of the frozen decoder's token CE on the x0 estimate
     d_model: int = 0                  # 0: the preset's width
@@ -60,6 +62,7 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
 
     from tdiff.bundle import load_vae
     from tdiff.device import seed_everything
+    from tdiff.diffusion import spans
     from tdiff.diffusion.losses import decoder_cross_entropy, diffusion_loss, mean_denoising_loss
     from tdiff.diffusion.schedules import make_schedule, vdm_variance_loss
     from tdiff.diffusion.timewarp import TimeWarp
@@ -73,7 +76,13 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     if tc.preset not in PRESETS:
         raise UsageError(f"--preset {tc.preset!r}: choose one of {', '.join(PRESETS)}")
     vae, tok, vae_art = load_vae(vae_path, device)
-    data, train, held = D.read_split(input_path, tok.vocab_size, tc.holdout)
+    data, train, held = D.read_split(input_path, tok.vocab_size, tc.holdout, label_field=tc.label_field or None)
+    label_names, train_labels = [], None
+    if tc.label_field:
+        from tdiff.io import display_name
+
+        label_names, idx = D.label_index(train.labels, tc.label_field, display_name(input_path))
+        train_labels = torch.tensor(idx, dtype=torch.long, device=device)                # (M,)
     vcfg = vae.config
     seed_everything(tc.loop.seed)
     lat = encode_latents(vae, train.seqs, vcfg.max_len, tok.pad_id, device)          # (N, Lz, Dz)
@@ -85,18 +94,20 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     size = {k: v for k, v in (("d_model", tc.d_model), ("n_layers", tc.n_layers)) if v}
     try:
         dit = DiT(DiTConfig(**{**PRESETS[tc.preset], **size, "latent_dim": dz, "max_len": n_lat,
-                               "self_condition": tc.self_condition}))
+                               "self_condition": tc.self_condition, "num_labels": len(label_names)}))
     except ValueError as e:
         raise UsageError(f"--d-model/--n-layers: {e}") from None
     warp = TimeWarp() if tc.t_sampling == "adaptive" else None
     module = _denoiser_module(dit, schedule, warp).to(device)
     ids_all = None
-    if tc.decoder_ce > 0:
+    if tc.decoder_ce > 0 or tc.cond_prob > 0:
         vae.requires_grad_(False)
-        ids_all = D.pad_batch(train.seqs, vcfg.max_len, tok.pad_id).to(device)     # (N, L)
+        ids_all = D.pad_batch(train.seqs, vcfg.max_len, tok.pad_id).to(device)     # (M, L)
     log.info(f"train: {len(train.seqs):,} sequences → latents {tuple(lat.shape[1:])}, "
              f"DiT {dit.num_params() / 1e6:.2f}M parameters, schedule {tc.schedule}, target {tc.target}, "
-             f"t-sampling {tc.t_sampling}, decoder CE {tc.decoder_ce}, device {device}")
+             f"t-sampling {tc.t_sampling}, decoder CE {tc.decoder_ce}, known spans {tc.cond_prob}, "
+             + (f"labels {', '.join(label_names)} (dropout {tc.label_dropout}), " if label_names else "")
+             + f"device {device}")
     fingerprint = {"dit": dit.config.to_dict(), "data": data.digest, "vae": vae_art.train.get("data"),
                    "train": asdict(tc) | {"loop": None}}
     gen = generator(tc.loop.seed, 0, "noise", device)                 # t, ε, spans: checkpointed
@@ -108,13 +119,22 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
         idx = next(batches).to(device)
         x0 = lat[idx]                                                   # (B, Lz, Dz)
         t = warp.sample(len(idx), gen, device) if warp is not None else None
+        cond_x = cond_mask = label = None
+        if tc.cond_prob > 0:
+            ids = ids_all[idx]                                          # (B, L)
+            known = spans.random_known(ids, tok.pad_id, tc.cond_prob, gen)                 # (B, L)
+            cond_x, cond_mask = spans.condition(vae, ids, known, tok.unk_id)               # (B, Lz, Dz), (B, Lz, 1)
+        if train_labels is not None:
+            label = train_labels[idx]                                   # (B,)
+            drop = torch.rand(len(idx), generator=gen, device=device) < tc.label_dropout
+            label = torch.where(drop, torch.full_like(label, -1), label)   # -1: the null label
         terms = diffusion_loss(module.dit, module.schedule, x0, target=tc.target, generator=gen, t=t,
-                               self_condition=tc.self_condition, cond_prob=tc.cond_prob, eps_error=learn_schedule,
-                               estimates=True, x0_grad=ids_all is not None)
+                               self_condition=tc.self_condition, cond_x=cond_x, cond_mask=cond_mask, label=label,
+                               eps_error=learn_schedule, estimates=True, x0_grad=tc.decoder_ce > 0)
         mse = terms.mse.mean()
         objective, metrics = mse, {"mse": mse.item(), "x0_error": terms.x0_error.mean().item()}
         progress = terms.x0_error                                           # (B,) what the time warp follows
-        if ids_all is not None:
+        if tc.decoder_ce > 0:
             ce_rows = decoder_cross_entropy(lambda z: vae.decode(vae.denormalize(z)), terms.x0_hat, ids_all[idx],
                                             terms.unknown, tok.pad_id)     # (B,) frozen decoder, graph to the DiT
             ce = ce_rows.mean()
@@ -154,7 +174,10 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     tensors.update({f"dit_ema.{k[4:]}": v for k, v in ema.items() if k.startswith("dit.")})
     tensors.update({f"schedule.{k[9:]}": v for k, v in ema.items() if k.startswith("schedule.")})
     config = {"vae": vcfg.to_dict(), "dit": dit.config.to_dict(), "schedule": schedule.config(),
-              "diffusion": {"target": tc.target, "self_condition": tc.self_condition}}
+              "diffusion": {"target": tc.target, "self_condition": tc.self_condition,
+                            "known_spans": tc.cond_prob > 0, "cond_prob": tc.cond_prob}}
+    if label_names:
+        config["labels"] = {"field": tc.label_field, "names": label_names}
     if warp is not None:                     # the measured error curve (raw, not EMA-averaged)
         tensors.update({f"timewarp.{k}": v for k, v in warp.state_dict().items()})
         config["timewarp"] = warp.config()
