@@ -208,6 +208,11 @@ def from_record(rec: dict, tok, window: int, name: str, line: int, mask_len: int
     return t
 
 
+def unconditional(window: int) -> Template:
+    """The template of a plain sample: nothing known, a free text of at least one token."""
+    return Template(ids=[0] * window, known=[False] * window, must_text=[True] + [False] * (window - 1), tail=0)
+
+
 def continuation(prefix: list[int], window: int, pad_id: int) -> Template:
     """A long text's next segment: the token ids PREFIX known, then the rest of the window generated
     as text (a segment of `sample --segments` fills its window)."""

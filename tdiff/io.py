@@ -181,7 +181,7 @@ def _temp_prefix(path: Path) -> str:
 def remove_stale_temps(path) -> int:
     """Remove temp files of PATH's earlier writes whose process is gone (killed with -9, say).
 
-    Temp names are `.NAME.PID.XXXXXXXX.tmp` (a file, or a folder for `train-ar`'s directory); a
+    Temp names are `.NAME.PID.<random suffix>.tmp` (a file, or a folder for `train-ar`'s directory); a
     temp whose PID no longer runs is stale. Returns how many were removed."""
     path = _write_target(path)
     removed = 0

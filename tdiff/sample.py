@@ -162,13 +162,6 @@ def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None):
         return filter_logits(logits, opts.temperature, opts.top_k, opts.top_p, generator)
 
 
-def unconditional(window: int):
-    """The template of a plain sample: nothing known, the text at least one token long."""
-    from tdiff.control import Template
-
-    return Template(ids=[0] * window, known=[False] * window, must_text=[True] + [False] * (window - 1), tail=0)
-
-
 def label_index(bundle, label):
     """The model's index of label name LABEL (None: the null label, -1); a UsageError naming the known labels."""
     if label is None:
@@ -209,7 +202,7 @@ def generate(bundle, opts: SampleOptions, device, requests=None, *, first_batch:
 
     import torch
 
-    from tdiff.control import assemble
+    from tdiff.control import assemble, unconditional
     from tdiff.diffusion.spans import condition, force_known
     from tdiff.seeds import generator
 
@@ -264,7 +257,7 @@ def generate_long(bundle, opts: SampleOptions, device, requests=None, *, segment
     `generate`, plus "segments": the tokens each segment added."""
     import itertools
 
-    from tdiff.control import continuation
+    from tdiff.control import continuation, unconditional
 
     window = bundle.vae.config.max_len
     if not 1 <= overlap < window:
