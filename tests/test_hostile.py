@@ -198,6 +198,13 @@ OPTION_CASES = [
     (["sample", "--length", "-4"], "--length"),
     (["sample", "--steps", "0"], "--steps"),
     (["sample", "--time-grid", "bogus"], "--time-grid"),
+    (["sample", "--mask-len", "0"], "--mask-len"),
+    (["sample", "--guidance", "-1"], "--guidance"),
+    (["sample", "--guidance", "inf"], "--guidance"),
+    (["sample", "--segments", "0"], "--segments"),
+    (["sample", "--overlap", "-1"], "--overlap"),
+    (["sample", "--repetition-penalty", "0.5"], "--repetition-penalty"),
+    (["train", "--label-dropout", "2"], "--label-dropout"),
     (["eval", "--t-samples", "0"], "--t-samples"),
     (["tokenize", "--vocab-size", "0"], "--vocab-size"),
 ]
