@@ -147,7 +147,8 @@ def merge_plot(paths: list[Path], out: Path, title: str, only: set[str] | None =
     for p, r in zip(paths, results):
         if abs(r["real"]["judge_ppl"] - base["real"]["judge_ppl"]) > 1e-6:
             sys.exit(f"frontier.py: {p} was scored with another judge or real text than {paths[0]}")
-    runs = [run for r in results for run in r["runs"] if only is None or run["system"].rsplit("_s", 1)[0] in only]
+    runs = [{**run, "system": run["system"].rsplit("_s", 1)[0]}      # the seeds of a system share a colour
+            for r in results for run in r["runs"] if only is None or run["system"].rsplit("_s", 1)[0] in only]
     plot({**base, "runs": runs, "title": title}, out)
 
 
