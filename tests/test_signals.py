@@ -38,36 +38,49 @@ def _dit_cmd(work, out, log, steps):
             steps, "--batch-size", "8", "--log", log, "--log-every", "1", "--ckpt-every", "1000", *TINY]
 
 
-@pytest.fixture(scope="module")
-def dit_ref(work, tmp_path_factory):
-    """An uninterrupted 12-step run, the reference for every interrupted one."""
-    d = tmp_path_factory.mktemp("sigref")
-    r = run_tdiff(_dit_cmd(work, d / "ref.safetensors", d / "ref.jsonl", 12))
+def _uninterrupted(work, d: Path, name: str):
+    """An uninterrupted 12-step run's tensors: the reference for an interrupted one."""
+    from tdiff.artifacts import load_artifact
+
+    r = run_tdiff(_dit_cmd(work, d / f"{name}.safetensors", d / f"{name}.jsonl", 12))
     assert r.returncode == 0, r.stderr.decode()
-    return d / "ref.safetensors"
+    return load_artifact(d / f"{name}.safetensors").tensors
+
+
+def _differ(a, b) -> list[str]:
+    return [k for k in a if k.startswith("dit") and not a[k].equal(b[k])]
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_stops_training_with_its_exit_code_and_resume_is_exact(work, dit_ref, tmp_path, sig, code):
-    """Interrupted at a random step, resumed: the final weights equal an uninterrupted run's."""
+def test_signal_stops_training_with_its_exit_code_and_resume_is_exact(work, tmp_path, sig, code):
+    """Interrupted at a random step, resumed: the final weights equal an uninterrupted run's.
+
+    The reference runs right after the resume. On this VM, two uninterrupted runs some minutes apart
+    have been seen to differ in the last bits of every weight (the same command, bit-identical
+    again minutes later: the machine's floating point, not tdiff's state; docs/NOTES.md,
+    "Reliability"). So a mismatch gets one more reference run, and passes only when that one
+    equals the resumed weights *and* differs from the first reference — evidence that uninterrupted
+    runs themselves drifted, never a pass for a resume that lost state."""
     from tdiff.artifacts import load_artifact
 
-    def cmd(out, log, steps):
-        return _dit_cmd(work, out, log, steps)
-
-    ref = dit_ref
     out, log = tmp_path / "m.safetensors", tmp_path / "m.jsonl"
-    p = _start(cmd(out, log, 12))
+    p = _start(_dit_cmd(work, out, log, 12))
     _wait_for_log(p, log, 2 + int(time.time() * 1000) % 4)     # a step between 2 and 5
     p.send_signal(sig)
     _, err = p.communicate(timeout=120)
     assert p.returncode == code, err.decode()
     assert b"--resume" in err and b"Traceback" not in err
     assert not out.exists()
-    r = run_tdiff([*cmd(out, log, 12), "--resume"])
+    r = run_tdiff([*_dit_cmd(work, out, log, 12), "--resume"])
     assert r.returncode == 0, r.stderr.decode()
-    a, b = load_artifact(ref).tensors, load_artifact(out).tensors
-    assert all(a[k].equal(b[k]) for k in a if k.startswith("dit"))
+    resumed = load_artifact(out).tensors
+    where = err.decode().strip().splitlines()[-1]
+    ref = _uninterrupted(work, tmp_path, "ref")
+    differ = _differ(ref, resumed)
+    if differ:
+        ref2 = _uninterrupted(work, tmp_path, "ref2")
+        assert _differ(ref, ref2) and not _differ(ref2, resumed), \
+            f"{len(differ)} tensors differ from an uninterrupted run after: {where}"
 
 
 def test_kill_9_during_train_vae_then_resume_is_exact(work, tmp_path):
@@ -87,7 +100,12 @@ def test_kill_9_during_train_vae_then_resume_is_exact(work, tmp_path):
     r = run_tdiff([*cmd(out, tmp_path / "v2.jsonl", 10), "--resume"])
     assert r.returncode == 0, r.stderr.decode()
     a, b = load_artifact(ref).tensors, load_artifact(out).tensors
-    assert all(a[k].equal(b[k]) for k in a)
+    if not all(a[k].equal(b[k]) for k in a):     # see the DiT test: one more reference, drift only
+        ref2 = tmp_path / "ref2.safetensors"
+        assert run_tdiff(cmd(ref2, tmp_path / "ref2.jsonl", 10)).returncode == 0
+        c = load_artifact(ref2).tensors
+        assert not all(a[k].equal(c[k]) for k in a) and all(b[k].equal(c[k]) for k in c), \
+            "the resumed VAE differs from an uninterrupted run"
     assert not [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]    # kill -9's temps are gone
 
 
