@@ -55,15 +55,16 @@ def _differ(a, b) -> list[str]:
 def test_signal_stops_training_with_its_exit_code_and_resume_is_exact(work, tmp_path, sig, code):
     """Interrupted at a random step, resumed: the final weights equal an uninterrupted run's.
 
-    The reference runs right after the resume. On this VM, two uninterrupted runs some minutes apart
-    have been seen to differ in the last bits of every weight (the same command, bit-identical
-    again minutes later: the machine's floating point, not tdiff's state; docs/NOTES.md,
-    "Reliability"). So a mismatch gets one more reference run, and passes only when that one
-    equals the resumed weights *and* differs from the first reference — evidence that uninterrupted
-    runs themselves drifted, never a pass for a resume that lost state."""
+    On this VM a process now and then computes the same fp32 training a few ulps off (an
+    uninterrupted reference as often as a resumed run; docs/NOTES.md, "Reliability"), in bursts of
+    minutes. A resume that loses state differs every time, so a mismatch is retried once from a copy
+    of the same checkpoint against a fresh reference, and the second attempt must be exact."""
+    import shutil
+
     from tdiff.artifacts import load_artifact
 
     out, log = tmp_path / "m.safetensors", tmp_path / "m.jsonl"
+    ckpt = tmp_path / "m.ckpt.safetensors"
     p = _start(_dit_cmd(work, out, log, 12))
     _wait_for_log(p, log, 2 + int(time.time() * 1000) % 4)     # a step between 2 and 5
     p.send_signal(sig)
@@ -71,16 +72,17 @@ def test_signal_stops_training_with_its_exit_code_and_resume_is_exact(work, tmp_
     assert p.returncode == code, err.decode()
     assert b"--resume" in err and b"Traceback" not in err
     assert not out.exists()
-    r = run_tdiff([*_dit_cmd(work, out, log, 12), "--resume"])
-    assert r.returncode == 0, r.stderr.decode()
-    resumed = load_artifact(out).tensors
     where = err.decode().strip().splitlines()[-1]
-    ref = _uninterrupted(work, tmp_path, "ref")
-    differ = _differ(ref, resumed)
-    if differ:
-        ref2 = _uninterrupted(work, tmp_path, "ref2")
-        assert _differ(ref, ref2) and not _differ(ref2, resumed), \
-            f"{len(differ)} tensors differ from an uninterrupted run after: {where}"
+    shutil.copy(ckpt, tmp_path / "interrupted.safetensors")
+    for attempt in (1, 2):
+        r = run_tdiff([*_dit_cmd(work, out, log, 12), "--resume"])
+        assert r.returncode == 0, r.stderr.decode()
+        differ = _differ(_uninterrupted(work, tmp_path, f"ref{attempt}"), load_artifact(out).tensors)
+        if not differ:
+            return
+        shutil.copy(tmp_path / "interrupted.safetensors", ckpt)
+        out.unlink()
+    raise AssertionError(f"{len(differ)} tensors differ from an uninterrupted run, twice, after: {where}")
 
 
 def test_kill_9_during_train_vae_then_resume_is_exact(work, tmp_path):
@@ -100,12 +102,11 @@ def test_kill_9_during_train_vae_then_resume_is_exact(work, tmp_path):
     r = run_tdiff([*cmd(out, tmp_path / "v2.jsonl", 10), "--resume"])
     assert r.returncode == 0, r.stderr.decode()
     a, b = load_artifact(ref).tensors, load_artifact(out).tensors
-    if not all(a[k].equal(b[k]) for k in a):     # see the DiT test: one more reference, drift only
+    if not all(a[k].equal(b[k]) for k in a):     # see the DiT test: a second reference (a rare, transient drift)
         ref2 = tmp_path / "ref2.safetensors"
         assert run_tdiff(cmd(ref2, tmp_path / "ref2.jsonl", 10)).returncode == 0
         c = load_artifact(ref2).tensors
-        assert not all(a[k].equal(c[k]) for k in a) and all(b[k].equal(c[k]) for k in c), \
-            "the resumed VAE differs from an uninterrupted run"
+        assert all(b[k].equal(c[k]) for k in c), "the resumed VAE differs from two uninterrupted runs"
     assert not [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]    # kill -9's temps are gone
 
 
