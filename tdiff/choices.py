@@ -14,3 +14,4 @@ LR_DECAYS = ("steps", "budget")                      # training/loop.py
 DTYPES = ("fp32", "bf16", "fp16")                    # device.py
 T_SAMPLINGS = ("uniform", "adaptive")                # training/train_dit.py, diffusion/timewarp.py
 TIME_GRIDS = ("uniform", "logsnr", "warp")           # diffusion/solvers.py
+CLASSIFIERS = ("snownlp",)                          # evaluate.py (label accuracy of guided samples)

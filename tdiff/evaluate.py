@@ -49,6 +49,7 @@ class TextRecords:
     texts: list
     ids: list | None          # list[list[int]] when every record has ids, else None
     requests: list | None = None   # per record, the control request it answers ({"prompt"} or {"source", "mask"}) or None
+    labels: list | None = None     # per record, its "label" (str) or None; None when no record has one
 
 
 def read_texts(path, need_text: bool = True, max_records: int = 0, opt: str = "input") -> TextRecords:
@@ -60,7 +61,7 @@ def read_texts(path, need_text: bool = True, max_records: int = 0, opt: str = "i
     if path is not None and str(path) != "-" and not Path(path).exists():
         raise NoInputError(f"{opt} file '{path}' does not exist")
     texts, ids, all_ids = [], [], True
-    requests = []
+    requests, labels = [], []
     for n, rec in iter_jsonl(path):
         if max_records and len(texts) >= max_records:
             break
@@ -77,8 +78,13 @@ def read_texts(path, need_text: bool = True, max_records: int = 0, opt: str = "i
         else:
             all_ids = False
         requests.append(_request_of(rec, name, n))
+        lab = rec.get("label")
+        if lab is not None and not isinstance(lab, str):
+            raise DataError(f"{name}:{n}: field 'label' must be a string")
+        labels.append(lab)
     return TextRecords(name, texts, ids if all_ids and texts else None,
-                       requests if any(q is not None for q in requests) else None)
+                       requests if any(q is not None for q in requests) else None,
+                       labels if any(x is not None for x in labels) else None)
 
 
 def _request_of(rec: dict, name: str, n: int) -> dict | None:
@@ -435,6 +441,40 @@ def control_metrics(texts, requests) -> dict:
                      span_length_ratio=M.length_ratio([len(h) for h in hyps], [len(r) for r in refs]))
         out["edit"] = e
     return out
+
+
+SENTIMENT_SIDES = {"pos": True, "positive": True, "neg": False, "negative": False}
+
+
+def label_accuracy(texts, labels, classifier: str, where: str = "--samples") -> dict:
+    """Label accuracy of (guided) samples under an external classifier: the share of the samples
+    with a "label" whose text the classifier puts on that label's side, overall and per label.
+
+    snownlp: the sentiment model the snownlp package ships (trained on product reviews), positive
+    when ``SnowNLP(text).sentiments > 0.5``; labels pos/positive and neg/negative. An empty text
+    counts as a miss. Samples without a label are not counted."""
+    if classifier != "snownlp":
+        raise UsageError(f"--classifier {classifier!r}: choose snownlp")
+    try:
+        from snownlp import SnowNLP
+    except ImportError:
+        raise UsageError("--classifier snownlp: the snownlp package is not installed (pip install snownlp)") from None
+    pairs = [(t, lab) for t, lab in zip(texts, labels) if lab is not None]
+    if not pairs:
+        raise DataError(f"{where}: no record has a 'label' field (sample with --label, or give records with one)")
+    unknown = sorted({lab for _, lab in pairs if lab.lower() not in SENTIMENT_SIDES})
+    if unknown:
+        raise UsageError(f"--classifier snownlp: labels must be pos/positive or neg/negative; "
+                         f"{where} has {', '.join(map(repr, unknown[:5]))}")
+    per: dict = {}
+    for text, lab in pairs:
+        hit = bool(text) and (SnowNLP(text).sentiments > 0.5) == SENTIMENT_SIDES[lab.lower()]
+        n, k = per.get(lab, (0, 0))
+        per[lab] = (n + 1, k + hit)
+    total = sum(n for n, _ in per.values())
+    return {"classifier": classifier, "records": total,
+            "accuracy": round(sum(k for _, k in per.values()) / total, 4),
+            "per_label": {lab: {"records": n, "accuracy": round(k / n, 4)} for lab, (n, k) in sorted(per.items())}}
 
 
 # ---------------------------------------------------------------------------

