@@ -184,28 +184,22 @@ def segments(bundle, opts, num, k=4):
 def guidance(bundle, opts, judge, weights, num):
     import dataclasses
 
-    from snownlp import SnowNLP
-
     from tdiff import control
+    from tdiff.evaluate import label_accuracy
+    from tdiff.sample import generate
 
     window = bundle.vae.config.max_len
     res = {}
-
-    def share_pos(texts):
-        return sum(SnowNLP(t).sentiments > 0.5 for t in texts if t) / max(1, len(texts))
-
-    from tdiff.sample import generate
-
     un = [r["text"] for r in generate(bundle, dataclasses.replace(opts, num=num), "cpu")]
-    res["unconditional"] = {"positive_share": share_pos(un), "judge_ppl": _ppl(judge, un)}
+    res["unconditional"] = {"positive_share": label_accuracy(un, ["pos"] * len(un), "snownlp")["accuracy"],
+                            "judge_ppl": _ppl(judge, un)}
     for label in bundle.labels:
         t = control.from_options(bundle.tokenizer, window, prompt=None, infill=None, edit=None, length=0,
                                  mask_len=8, label=label)
         for w in weights:
             out = [r["text"] for r in generate(bundle, dataclasses.replace(opts, guidance=w), "cpu", [t] * num)]
-            pos = share_pos(out)
-            on_side = pos if label.startswith("pos") else 1 - pos
-            res[f"{label}@{w:g}"] = {"on_requested_side": round(on_side, 4), "judge_ppl": _ppl(judge, out)}
+            on_side = label_accuracy(out, [label] * len(out), "snownlp")["accuracy"]   # the eval --classifier figure
+            res[f"{label}@{w:g}"] = {"on_requested_side": on_side, "judge_ppl": _ppl(judge, out)}
     return res
 
 

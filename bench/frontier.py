@@ -147,8 +147,9 @@ def merge_plot(paths: list[Path], out: Path, title: str, only: set[str] | None =
     for p, r in zip(paths, results):
         if abs(r["real"]["judge_ppl"] - base["real"]["judge_ppl"]) > 1e-6:
             sys.exit(f"frontier.py: {p} was scored with another judge or real text than {paths[0]}")
-    runs = [{**run, "system": run["system"].rsplit("_s", 1)[0]}      # the seeds of a system share a colour
-            for r in results for run in r["runs"] if only is None or run["system"].rsplit("_s", 1)[0] in only]
+    runs = [{**run, "system": name}                        # the seeds of a system (NAME_sK) share a colour
+            for r in results for run in r["runs"]
+            for name in [run["system"].rsplit("_s", 1)[0]] if only is None or name in only]
     plot({**base, "runs": runs, "title": title}, out)
 
 
