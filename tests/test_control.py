@@ -287,4 +287,6 @@ def test_eval_classifier_scores_labelled_samples(tmp_path):
     assert r.returncode == 65 and "label" in _err(r)
     r = run_tdiff(["eval", "--classifier", "snownlp", "-m", f, "--speed"])
     assert r.returncode == 2 and "--classifier" in _err(r)
+    r = run_tdiff(["eval", "--samples", f, "--classifier", "bert"])
+    assert r.returncode == 2 and "--classifier" in _err(r) and "Traceback" not in _err(r)
 
