@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 import time
-from collections import deque
+from contextlib import closing
 from enum import Enum
 from pathlib import Path
 from typing import IO, Iterator, Optional
@@ -268,13 +268,6 @@ def _init_worker(model_bytes: bytes, meta: dict, name: str, decode: bool, keep_t
     _state.update(tok=tok, name=name, decode=decode, keep_text=keep_text)
 
 
-def _pool_worker(*args) -> None:
-    from tdiff.text.pretokenize import worker_signals
-
-    worker_signals()
-    _init_worker(*args)
-
-
 def _work(chunk: tuple[int, list[bytes]]) -> tuple[str, int, int, int]:
     """Encode or decode one batch: (JSONL text, records, characters, ids)."""
     from tdiff.io import dumps
@@ -346,19 +339,17 @@ def _run(source, name: str, out: IO[str], tok, *, decode: bool, keep_text: bool,
             for chunk in _chunks(source):
                 emit(_work(chunk))
             return stats
-        from tdiff.text.pretokenize import init_jieba, pool_context
+        from tdiff.text.pretokenize import init_jieba
+        from tdiff.workers import ordered_map, pool_context
 
         if tok.pretokenize == "jieba" and not decode and pool_context().get_start_method() == "fork":
             init_jieba()  # once here; forked workers inherit the loaded dictionary
         args = (tok.to_bytes(), tok.meta, name, decode, keep_text, 1, True)
-        with pool_context().Pool(jobs, initializer=_pool_worker, initargs=args) as pool:
-            pending: deque = deque()
-            for chunk in _chunks(source):
-                pending.append(pool.apply_async(_work, (chunk,)))
-                if len(pending) >= 2 * jobs:  # bounded read-ahead keeps memory flat
-                    emit(pending.popleft().get())
-            while pending:
-                emit(pending.popleft().get())
+        # ordered_map, not multiprocessing.Pool: a Pool can hang for ever in terminate() after
+        # SIGTERM (a shared lock left held by a dead worker); these workers are always killable.
+        with closing(ordered_map(_work, _chunks(source), jobs, initializer=_init_worker, initargs=args)) as results:
+            for res in results:
+                emit(res)
     return stats
 
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import closing
 from pathlib import Path
 from typing import Sequence
+
+from tdiff.workers import ordered_map
 
 DELIMITER = "\U000f0000"  # plane-15 private use: jieba word delimiter seen only by the trainer
 
@@ -84,21 +87,7 @@ def _segment_for_training(text: str) -> str:
     return DELIMITER.join(jieba_words(text.replace(DELIMITER, "")))
 
 
-def worker_signals() -> None:
-    """Default signal handling in a pool worker.
-
-    A forked worker inherits the parent's SIGTERM handler (tdiff.cli raises an exception there
-    so that temp files are removed); `Pool.terminate()` stops workers with SIGTERM, and the
-    inherited handler would print a traceback from each. Workers die quietly instead, and leave
-    Ctrl-C to the parent, which ends the pool."""
-    import signal
-
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _pool_init_jieba() -> None:
-    worker_signals()
     init_jieba(quiet=True)
 
 
@@ -113,16 +102,8 @@ def segment_for_training(texts: Sequence[str], jobs: int = 1) -> list[str]:
         return [_segment_for_training(t) for t in texts]
     step = 500
     batches = [list(texts[i : i + step]) for i in range(0, len(texts), step)]
-    with pool_context().Pool(jobs, initializer=_pool_init_jieba) as pool:
-        out: list[str] = []
-        for part in pool.imap(_segment_batch, batches):
+    out: list[str] = []
+    with closing(ordered_map(_segment_batch, batches, jobs, initializer=_pool_init_jieba)) as parts:
+        for part in parts:
             out.extend(part)
     return out
-
-
-def pool_context():
-    """fork where it exists (workers inherit loaded models and jieba), else spawn."""
-    import multiprocessing as mp
-
-    methods = mp.get_all_start_methods()
-    return mp.get_context("fork" if "fork" in methods else "spawn")
