@@ -74,3 +74,10 @@ def test_closing_kills_every_worker():
     for pid in pids:
         with pytest.raises(ProcessLookupError):  # killed and reaped
             os.kill(pid, 0)
+
+
+def test_jieba_segmentation_in_two_processes_equals_one():
+    from tdiff.text.pretokenize import segment_for_training
+
+    texts = [f"第{i}首：明月几时有，把酒问青天。不知天上宫阙，今夕是何年。" for i in range(2400)]
+    assert segment_for_training(texts, jobs=2) == segment_for_training(texts, jobs=1)
