@@ -9,9 +9,10 @@ a test instead of a user.
 PRESETS = ("tiny", "small", "base")                 # models/vae.py, models/dit.py, ar.py
 SCHEDULES = ("cosine", "linear", "sqrt", "learned")  # diffusion/schedules.py
 TARGETS = ("v", "x0", "eps")                         # diffusion/process.py
-SOLVERS = ("dpm", "ddim", "ddpm")                    # diffusion/solvers.py
+SOLVERS = ("dpm", "ddim", "ddpm", "consistency")     # diffusion/solvers.py
 LR_DECAYS = ("steps", "budget")                      # training/loop.py
 DTYPES = ("fp32", "bf16", "fp16")                    # device.py
 T_SAMPLINGS = ("uniform", "adaptive")                # training/train_dit.py, diffusion/timewarp.py
 TIME_GRIDS = ("uniform", "logsnr", "warp")           # diffusion/solvers.py
+DISTILL_METHODS = ("progressive", "consistency")     # training/distill.py
 CLASSIFIERS = ("snownlp",)                          # evaluate.py (label accuracy of guided samples)

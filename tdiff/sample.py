@@ -96,6 +96,26 @@ def check_options(opts: SampleOptions) -> None:
         raise UsageError("--guidance must be ≥ 0 and --repetition-penalty ≥ 1")
 
 
+def sampling_plan(bundle, steps, solver):
+    """(steps, solver, notes) for BUNDLE: what the user asked (None: not given), else a student's
+    own steps and solver, else 12 dpm steps. NOTES are the lines to tell the user: which defaults a
+    student brought, and where a request leaves what the student was distilled for."""
+    info = bundle.config.get("student") if getattr(bundle, "kind", "model") == "student" else None
+    if not info:
+        return (12 if steps is None else steps), ("dpm" if solver is None else solver), []
+    method, own_steps, own_solver = info["method"], int(info["steps"]), info["solver"]
+    notes = [f"a {method} student distilled for {own_steps} {own_solver} steps"
+             + (" (its defaults)" if steps is None and solver is None else "")]
+    steps = own_steps if steps is None else steps
+    solver = own_solver if solver is None else solver
+    if solver != own_solver:
+        notes.append(f"warning: --solver {solver}: the student learned {own_solver} steps; quality is not guaranteed")
+    elif method == "progressive" and steps != own_steps:
+        notes.append(f"warning: --steps {steps}: a progressive student is only trained for {own_steps} steps; "
+                     "quality is not guaranteed")
+    return steps, solver, notes
+
+
 def sample_latents(bundle, b: int, opts: SampleOptions, generator, device, callback=None,
                    label=None, cond_x=None, cond_mask=None):
     """Run the solver from N(0, I) noise; returns normalized latents (B, N, D)."""

@@ -39,8 +39,10 @@ def eval_cmd(
              "`tdiff sample --label pos --guidance 2`): snownlp = the snownlp package's sentiment model "
              "(labels pos/neg; pip install snownlp)."),
     speed: bool = typer.Option(False, "--speed", help="Time sampling with --model (tokens/s, latency p50/p95)."),
-    steps: int = typer.Option(12, "--steps", min=1, max=100_000, help="--speed: solver steps (diffusion models)."),
-    solver: Literal[choices.SOLVERS] = typer.Option("dpm", "--solver", help="--speed: the solver (diffusion models)."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, max=100_000,
+                                        help="--speed: solver steps (diffusion models; default 12, or a student's own)."),
+    solver: Optional[Literal[choices.SOLVERS]] = typer.Option(
+        None, "--solver", help="--speed: the solver (diffusion models; default dpm, or a student's own)."),
     batch_size: int = typer.Option(1, "--batch-size", min=1, max=65_536, help="--speed: samples per timed batch."),
     length: int = typer.Option(
         0, "--length", min=0, max=1_000_000,
@@ -143,6 +145,11 @@ def eval_cmd(
                 if length and length != vae.config.max_len:
                     log.warn(f"--length {length} ignored: this diffusion model samples a fixed "
                              f"{vae.config.max_len} positions")
+                from tdiff.sample import sampling_plan
+
+                steps, solver, notes = sampling_plan(bundle, steps, solver)
+                for line in notes:
+                    (log.warn if line.startswith("warning: ") else log.info)(f"eval: {line.removeprefix('warning: ')}")
                 result["speed"] = E.speed_diffusion(bundle, dev, steps=steps, solver=solver, batch_size=batch_size,
                                                     repeats=repeats, warmup=warmup, seed=seed, dtype=dtype)
 

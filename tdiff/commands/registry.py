@@ -1,6 +1,7 @@
 """Which subcommands `tdiff` offers. A command is listed here only once it really works."""
 
 from tdiff.commands.clean import clean
+from tdiff.commands.distill import distill
 from tdiff.commands.eval import eval_cmd
 from tdiff.commands.sample import sample
 from tdiff.commands.tokenize import tokenize
@@ -14,6 +15,7 @@ COMMANDS = [
     ("train-vae", train_vae),
     ("train", train),
     ("train-ar", train_ar),
+    ("distill", distill),
     ("sample", sample),
     ("eval", eval_cmd),
 ]

@@ -18,9 +18,12 @@ def sample(
     output: str = typer.Option("-", "--output", "-o", help="Output JSONL; - for stdout."),
     num: int = typer.Option(1, "--num", "-n", min=1, max=10_000_000, help="Number of samples."),
     batch_size: int = typer.Option(16, "--batch-size", min=1, max=65_536, help="Samples generated together."),
-    steps: int = typer.Option(12, "--steps", min=1, max=100_000, help="Solver steps (any N ≥ 1: time is continuous)."),
-    solver: Literal[choices.SOLVERS] = typer.Option(
-        "dpm", "--solver", help="dpm (DPM-Solver++ 2M), ddim, or ddpm (ancestral)."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, max=100_000,
+                                        help="Solver steps (any N ≥ 1: time is continuous). Default 12, or the "
+                                             "steps a student was distilled for."),
+    solver: Optional[Literal[choices.SOLVERS]] = typer.Option(
+        None, "--solver", help="dpm (DPM-Solver++ 2M), ddim, ddpm (ancestral) or consistency (multistep consistency "
+        "sampling, for consistency students). Default dpm, or a student's own."),
     eta: float = typer.Option(0.0, "--eta", min=0.0, max=1.0, help="DDIM η (0: deterministic; 1: ancestral-like)."),
     temperature: Optional[float] = typer.Option(
         None, "--temperature", min=0.0, max=100.0,
@@ -72,7 +75,7 @@ def sample(
     from tdiff.bundle import load_bundle
     from tdiff.device import resolve_device, torch_dtype
     from tdiff.io import JsonlWriter, open_output
-    from tdiff.sample import SampleOptions, check_options, generate, generate_long
+    from tdiff.sample import SampleOptions, check_options, generate, generate_long, sampling_plan
 
     torch_dtype(dtype)
     from tdiff.ar import is_ar_dir
@@ -93,13 +96,19 @@ def sample(
     if input is not None and any(v is not None for v in (prompt, infill, edit)):
         raise UsageError("--input: the requests come from the file; drop --prompt/--infill/--edit")
     temperature = 0.0 if temperature is None else temperature
+    dev = resolve_device(device)
+    bundle = load_bundle(model, dev, use_ema=not no_ema)
+    steps, solver, notes = sampling_plan(bundle, steps, solver)
+    for line in notes:
+        if line.startswith("warning: "):
+            log.warn(f"sample: {line[len('warning: '):]}")
+        else:
+            log.info(f"sample: {model}: {line}")
     opts = SampleOptions(num=num, batch_size=batch_size, steps=steps, solver=solver, eta=eta,
                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, dtype=dtype,
                          time_grid=time_grid, round_x0=round_x0, guidance=guidance,
                          repetition_penalty=repetition_penalty)
     check_options(opts)
-    dev = resolve_device(device)
-    bundle = load_bundle(model, dev, use_ema=not no_ema)
     requests = _requests(bundle, input, num, prompt=prompt, infill=infill, edit=edit, length=length,
                          mask_len=mask_len, label=label)
     t0 = time.perf_counter()

@@ -93,8 +93,9 @@ def _shared_options(d: dict) -> list:
 _LOOP_NAMES = {option_name(f): f.name for f in option_fields()}     # option → LoopConfig field
 
 
-def training_command(**defaults):
-    """Decorator: give a training command the shared options (module docstring).
+def training_command(exclude: tuple = (), **defaults):
+    """Decorator: give a training command the shared options (module docstring), except those
+    named in EXCLUDE (e.g. "preset" for `distill`, whose student has its teacher's size).
 
     The decorated function has the signature ``(ctx, <own options>, *, run: TrainingRun)``.
     """
@@ -107,7 +108,7 @@ def training_command(**defaults):
         head = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o, annotation=a)
                 for n, a, o in _head_options(defaults)]
         tail = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o, annotation=a)
-                for n, a, o in _shared_options(defaults)]
+                for n, a, o in _shared_options(defaults) if n not in exclude]
         shared = {p.name for p in head + tail}
         clash = shared & {p.name for p in own}
         if clash:
@@ -118,7 +119,7 @@ def training_command(**defaults):
         def wrapper(ctx, **kw):
             loop = LoopConfig(**{field: kw.pop(opt) for opt, field in _LOOP_NAMES.items()},
                               dtype=kw["dtype"], seed=kw["seed"])
-            run = TrainingRun(input=kw.pop("input"), preset=kw.pop("preset"), batch_size=kw.pop("batch_size"),
+            run = TrainingRun(input=kw.pop("input"), preset=kw.pop("preset", ""), batch_size=kw.pop("batch_size"),
                               holdout=kw.pop("holdout"), loop=loop, device=kw.pop("device"), log=kw.pop("log"),
                               checkpoint=kw.pop("checkpoint"), resume=kw.pop("resume"))
             if "output" in kw and not kw["dump_config"]:

@@ -235,7 +235,31 @@ def sample_dpm(denoise: Denoiser, x: torch.Tensor, ts, schedule: Schedule, *,
     return x
 
 
-SOLVERS = {"ddpm": sample_ddpm, "ddim": sample_ddim, "dpm": sample_dpm}
+def sample_consistency(denoise: Denoiser, x: torch.Tensor, ts, schedule: Schedule, *,
+                       generator: Optional[torch.Generator] = None, callback: Callback = None) -> torch.Tensor:
+    """Multistep consistency sampling (Song et al. 2023, "Consistency Models", Algorithm 1), for a
+    consistency model f(x_t, t) given as ``denoise`` (it returns the trajectory's end, an x0):
+
+        x̂0 = f(x_{t_0}, t_0)
+        for i = 1 … N−1:   x_{t_i} = α_{t_i} x̂0 + σ_{t_i} z,  z ~ N(0, I);   x̂0 = f(x_{t_i}, t_i)
+
+    With the grid 1 = t_0 > t_1 > … > t_N = 0 of N steps it makes N network calls; the end point
+    t_N = 0 is never evaluated (f(x, 0) = x). N = 1 is one-step generation. In VP form the
+    re-noising keeps the marginal variance: α² + σ² = 1.
+    """
+    t = _check_grid(ts)
+    a, s, _ = _coefficients(schedule, t)
+    x0 = None
+    for i in range(len(t) - 1):
+        if i > 0:
+            x = a[i] * x0 + s[i] * _noise_like(x0, generator)
+        x0 = _denoise(denoise, x, t[i])
+        if callback is not None:
+            callback(i, t[i], x, x0)
+    return x0
+
+
+SOLVERS = {"ddpm": sample_ddpm, "ddim": sample_ddim, "dpm": sample_dpm, "consistency": sample_consistency}
 
 
 def get_solver(name: str):

@@ -119,12 +119,14 @@ class Trainer:
     CLIP_GROUPS: {name: parameters} clipped separately (default: all parameters as one group
     named "grad_norm"); each group's norm is logged under its name. GENERATORS: {name:
     torch.Generator} whose states the checkpoints save and `resume` restores, so a resumed
-    run draws the same random numbers as an uninterrupted one.
+    run draws the same random numbers as an uninterrupted one. FROZEN: {name: nn.Module} that
+    the step function reads but nothing trains (a distillation round's teacher): saved in every
+    checkpoint and restored by `resume`, neither optimized nor averaged.
     """
 
     def __init__(self, model, step_fn: Callable, cfg: LoopConfig, device, ckpt_path=None,
                  log_path=None, fingerprint: dict | None = None, clip_groups: dict | None = None,
-                 generators: dict | None = None):
+                 generators: dict | None = None, frozen: dict | None = None):
         import torch
 
         if cfg.lr_decay not in LR_DECAYS:
@@ -135,6 +137,7 @@ class Trainer:
         self.fingerprint = fingerprint or {}
         self.clip_groups = {k: list(v) for k, v in (clip_groups or {"grad_norm": model.parameters()}).items()}
         self.generators = dict(generators or {})
+        self.frozen = dict(frozen or {})
         decay, no_decay = [], []
         for p in model.parameters():
             if p.requires_grad:
@@ -186,6 +189,8 @@ class Trainer:
         tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
         if self.ema is not None:
             tensors.update({f"ema.{k}": v for k, v in self.ema.items()})
+        for name, m in self.frozen.items():
+            tensors.update({f"frozen.{name}.{k}": v for k, v in m.state_dict().items()})
         ot, oinfo = ck.optimizer_to_tensors(self.opt)
         tensors.update(ot)
         tensors["rng.cpu"] = torch.get_rng_state()
@@ -255,6 +260,11 @@ class Trainer:
             raise DataError(f"{self.ckpt_path}: does not match this model ({str(e).splitlines()[0]})") from None
         if self.ema is not None and any(k.startswith("ema.") for k in art.tensors):
             self.ema = {k: v.float().to(self.device) for k, v in art.sub("ema").items()}
+        for name, m in self.frozen.items():
+            try:
+                m.load_state_dict(art.sub(f"frozen.{name}"))
+            except RuntimeError as e:
+                raise DataError(f"{self.ckpt_path}: its {name} does not match ({str(e).splitlines()[0]})") from None
         ck.optimizer_from_tensors(self.opt, {k: v.to(self.device) for k, v in art.tensors.items()
                                              if k.startswith("optim.")}, info["optim"])
         torch.set_rng_state(art.tensors["rng.cpu"])

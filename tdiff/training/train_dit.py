@@ -22,6 +22,7 @@ from tdiff import data as D
 from tdiff.choices import T_SAMPLINGS
 from tdiff.errors import UsageError
 from tdiff.latents import encode_latents
+from tdiff.training.latent_data import draw_conditions, load_latents
 from tdiff.training.loop import LoopConfig, Trainer
 
 
@@ -62,7 +63,6 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
 
     from tdiff.bundle import load_vae
     from tdiff.device import seed_everything
-    from tdiff.diffusion import spans
     from tdiff.diffusion.losses import decoder_cross_entropy, diffusion_loss, mean_denoising_loss
     from tdiff.diffusion.schedules import make_schedule, vdm_variance_loss
     from tdiff.diffusion.timewarp import TimeWarp
@@ -76,16 +76,14 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     if tc.preset not in PRESETS:
         raise UsageError(f"--preset {tc.preset!r}: choose one of {', '.join(PRESETS)}")
     vae, tok, vae_art = load_vae(vae_path, device)
-    data, train, held = D.read_split(input_path, tok.vocab_size, tc.holdout, label_field=tc.label_field or None)
-    label_names, train_labels = [], None
-    if tc.label_field:
-        from tdiff.io import display_name
-
-        label_names, idx = D.label_index(train.labels, tc.label_field, display_name(input_path))
-        train_labels = torch.tensor(idx, dtype=torch.long, device=device)                # (M,)
-    vcfg = vae.config
     seed_everything(tc.loop.seed)
-    lat = encode_latents(vae, train.seqs, vcfg.max_len, tok.pad_id, device)          # (N, Lz, Dz)
+    need_ids = tc.decoder_ce > 0 or tc.cond_prob > 0
+    if need_ids:
+        vae.requires_grad_(False)
+    ld = load_latents(input_path, vae, tok, holdout=tc.holdout, label_field=tc.label_field, device=device,
+                      need_ids=need_ids)
+    data, train, held, lat, label_names = ld.data, ld.train, ld.held, ld.lat, ld.label_names   # lat (M, N, D)
+    vcfg = vae.config
     n_lat, dz = lat.shape[1], lat.shape[2]
     try:
         schedule = make_schedule(tc.schedule)
@@ -99,10 +97,6 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
         raise UsageError(f"--d-model/--n-layers: {e}") from None
     warp = TimeWarp() if tc.t_sampling == "adaptive" else None
     module = _denoiser_module(dit, schedule, warp).to(device)
-    ids_all = None
-    if tc.decoder_ce > 0 or tc.cond_prob > 0:
-        vae.requires_grad_(False)
-        ids_all = D.pad_batch(train.seqs, vcfg.max_len, tok.pad_id).to(device)     # (M, L)
     log.info(f"train: {len(train.seqs):,} sequences → latents {tuple(lat.shape[1:])}, "
              f"DiT {dit.num_params() / 1e6:.2f}M parameters, schedule {tc.schedule}, target {tc.target}, "
              f"t-sampling {tc.t_sampling}, decoder CE {tc.decoder_ce}, known spans {tc.cond_prob}, "
@@ -119,15 +113,8 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
         idx = next(batches).to(device)
         x0 = lat[idx]                                                   # (B, Lz, Dz)
         t = warp.sample(len(idx), gen, device) if warp is not None else None
-        cond_x = cond_mask = label = None
-        if tc.cond_prob > 0:
-            ids = ids_all[idx]                                          # (B, L)
-            known = spans.random_known(ids, tok.pad_id, tc.cond_prob, gen)                 # (B, L)
-            cond_x, cond_mask = spans.condition(vae, ids, known, tok.unk_id)               # (B, Lz, Dz), (B, Lz, 1)
-        if train_labels is not None:
-            label = train_labels[idx]                                   # (B,)
-            drop = torch.rand(len(idx), generator=gen, device=device) < tc.label_dropout
-            label = torch.where(drop, torch.full_like(label, -1), label)   # -1: the null label
+        cond_x, cond_mask, label = draw_conditions(ld, idx, vae, tok, cond_prob=tc.cond_prob,
+                                                   label_dropout=tc.label_dropout, generator=gen)
         terms = diffusion_loss(module.dit, module.schedule, x0, target=tc.target, generator=gen, t=t,
                                self_condition=tc.self_condition, cond_x=cond_x, cond_mask=cond_mask, label=label,
                                eps_error=learn_schedule, estimates=True, x0_grad=tc.decoder_ce > 0)
@@ -135,7 +122,7 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
         objective, metrics = mse, {"mse": mse.item(), "x0_error": terms.x0_error.mean().item()}
         progress = terms.x0_error                                           # (B,) what the time warp follows
         if tc.decoder_ce > 0:
-            ce_rows = decoder_cross_entropy(lambda z: vae.decode(vae.denormalize(z)), terms.x0_hat, ids_all[idx],
+            ce_rows = decoder_cross_entropy(lambda z: vae.decode(vae.denormalize(z)), terms.x0_hat, ld.ids[idx],
                                             terms.unknown, tok.pad_id)     # (B,) frozen decoder, graph to the DiT
             ce = ce_rows.mean()
             objective = objective + tc.decoder_ce * ce
