@@ -11,6 +11,8 @@ not bracket it: widen the sweep), and q = ln(PPL/PPL_real) / ln(PPL_shuffled/PPL
 Every point also counts empty samples and samples with U+FFFD and reports the mean length.
 Systems are given as NAME=PATH (a tdiff `model.safetensors` or a `train-ar` directory); the
 same NAME given several times is several seeds of one system, summarized as mean, min, max.
+NAME=PATH@STEPS or NAME=PATH@STEPS:SOLVER samples that system with its own steps and solver
+(default: --steps/--solver, or a `tdiff distill` student's own).
 
 Usage:
   python bench/frontier.py --judge bench_out/songci/judge --real bench_out/songci/held.jsonl \\
@@ -199,14 +201,26 @@ def main() -> None:
     runs, cache, examples = [], {}, {}
     for spec in args.system:
         name, _, p = spec.partition("=")
+        p, _, own = p.partition("@")
         path = Path(p)
         ar = is_ar_dir(path)
+        steps, solver = args.steps, args.solver
+        if not ar:
+            from tdiff.bundle import load_bundle
+            from tdiff.sample import sampling_plan
+
+            if path not in cache:
+                cache[path] = load_bundle(path)
+            want_steps, _, want_solver = own.partition(":")
+            student = cache[path].kind == "student"
+            steps, solver, _ = sampling_plan(cache[path], int(want_steps) if want_steps else (None if student else steps),
+                                             want_solver or (None if student else solver))
         knobs = [float(k) for k in (args.ar_knobs if ar else args.tdiff_knobs).split(",") if k]
         points = []
         for k in knobs:
             t0 = time.perf_counter()
             kw = {} if ar else {"time_grid": args.time_grid, "round_x0": args.round_x0}
-            texts = system_texts(path, k, args.num, args.seed, args.steps, args.solver, args.dtype, cache,
+            texts = system_texts(path, k, args.num, args.seed, steps, solver, args.dtype, cache,
                                  args.tdiff_knob, **kw)
             d = describe(texts, judge) | {"knob": k, "sample_s": round(time.perf_counter() - t0, 2)}
             d["q"] = round(q_position(d["judge_ppl"], r_ppl, s_ppl), 4)
@@ -216,6 +230,7 @@ def main() -> None:
                 f"(real {h_real:.3f}) length {d['mean_chars']} empty {d['empty']}")
         ppl_at = at_entropy(points, h_real)
         runs.append({"system": name, "path": str(path), "kind": "ar" if ar else "tdiff", "points": points,
+                     **({} if ar else {"steps": steps, "solver": solver}),
                      "ppl_at_real_entropy": None if ppl_at is None else round(ppl_at, 3),
                      "q_at_real_entropy": None if ppl_at is None else round(q_position(ppl_at, r_ppl, s_ppl), 4)})
     result["runs"] = runs
