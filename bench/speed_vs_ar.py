@@ -231,6 +231,7 @@ class Runner:
     def __init__(self, bundle, model, seq_len: int, device):
         self.bundle, self.model, self.L, self.device = bundle, model, seq_len, device
         self.pad = bundle.tokenizer.pad_id
+        self.solver = "dpm"
 
     def ar(self, batch: int, dtype: str, new_tokens: int | None = None) -> dict:
         from tdiff.evaluate import timed_ar_batch
@@ -247,7 +248,7 @@ class Runner:
         from tdiff.sample import SampleOptions
         from tdiff.seeds import generator
 
-        opts = SampleOptions(num=batch, batch_size=batch, steps=steps, solver="dpm", dtype=dtype)
+        opts = SampleOptions(num=batch, batch_size=batch, steps=steps, solver=self.solver, dtype=dtype)
         g = generator(0, steps, "sample", self.device)
         dt, ids = timed_diffusion_batch(self.bundle, batch, opts, g, self.device)   # (B, L)
         trimmed = int(text_lengths(ids, self.pad).sum())
@@ -286,7 +287,8 @@ def parse_args(argv=None):
     p.add_argument("--vocab", type=int, default=8000, help="tokenizer size to train (the model uses what it yields)")
     p.add_argument("--model", default="", help="a trained model.safetensors instead of random weights")
     p.add_argument("--len", type=int, default=128, help="tokens per sequence (random-weight models)")
-    p.add_argument("--steps", type=int_list, default=None, help="dpm steps, comma-separated (default 4,12,50)")
+    p.add_argument("--steps", type=int_list, default=None, help="solver steps, comma-separated (default 4,12,50)")
+    p.add_argument("--solver", default="", help="tdiff solver (default dpm, or a --model student's own: ddim, consistency)")
     p.add_argument("--batch", type=int_list, default=None, help="batch sizes, comma-separated (default 1,64)")
     p.add_argument("--dtype", type=str_list, default=None, help="fp32,bf16 (default both; fp32 only on request)")
     p.add_argument("--repeats", type=int, default=0, help="timed runs per row (default 3 at batch 1, 2 above)")
@@ -335,6 +337,9 @@ def main(argv=None) -> int:
     log(f"tdiff {tp['total']} params (sampling path {tp['sampling_path']}), GPT-2 {ar_info['n_layer']}x"
         f"{ar_info['n_embd']} {ar_count} params ({ar_count / tp['total']:.3f}x)")
     runner = Runner(bundle, model, L, device)
+    from tdiff.sample import sampling_plan
+
+    runner.solver = args.solver or sampling_plan(bundle, None, None)[1]     # a student's own solver, else dpm
 
     # FLOPs per sequence (batch 1; both models process examples independently)
     log("counting FLOPs (one run per method at batch 1)")
@@ -359,7 +364,7 @@ def main(argv=None) -> int:
                 for s in args.steps:
                     res = runner.tdiff(batch, dtype, s)
                     runs[s].append(res)
-                    msg.append(f"dpm{s} {res['tokens'] / res['time_s']:.0f}")
+                    msg.append(f"{runner.solver}{s} {res['tokens'] / res['time_s']:.0f}")
                 log(f"dtype {dtype}, batch {batch}, repeat {r + 1}/{reps}: " + ", ".join(msg))
             tps = {}
             for key, rs in runs.items():
@@ -367,7 +372,7 @@ def main(argv=None) -> int:
                 p50, best = statistics.median(times), min(times)
                 tokens = rs[0]["tokens"]
                 fl = flops[key] * batch
-                row = {"method": "ar" if key == "ar" else "tdiff-dpm", "steps": None if key == "ar" else key,
+                row = {"method": "ar" if key == "ar" else f"tdiff-{runner.solver}", "steps": None if key == "ar" else key,
                        "batch": batch, "dtype": dtype, "tokens_per_s": round(tokens / p50, 1),
                        "latency_s_p50": round(p50, 4), "times_s": [round(t, 4) for t in times],
                        "tokens_per_s_best": round(tokens / best, 1),
@@ -400,8 +405,8 @@ def main(argv=None) -> int:
                     "matmul_peak_n": args.peak_n,
                     "loadavg_start": [round(x, 2) for x in load_start],
                     "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
-        "setup": {"seq_len": L, "vocab_size": V, "tdiff": source, "solver": "dpm",
-                  "tdiff_path": "noise -> dpm solver -> VAE decoder -> argmax ids (sample_latents + latents_to_ids)",
+        "setup": {"seq_len": L, "vocab_size": V, "tdiff": source, "solver": runner.solver,
+                  "tdiff_path": f"noise -> {runner.solver} solver -> VAE decoder -> argmax ids (sample_latents + latents_to_ids)",
                   "ar_path": "GPT2LMHeadModel.generate, bos prompt (B,1), min=max_new_tokens=seq_len, greedy, "
                              "use_cache=True, eval, inference_mode",
                   "dtype_mechanism": "tdiff.device.autocast for both (weights stay fp32)",
@@ -411,8 +416,8 @@ def main(argv=None) -> int:
                   "flops": "FlopCounterMode on one run per method at batch 1 (matmuls + attention; "
                            "norms/softmax/elementwise not counted), scaled linearly with batch",
                   "flops_per_sequence_gflop": {"ar": round(flops["ar"] / 1e9, 4)}
-                  | {f"tdiff_dpm{s}": round(flops[s] / 1e9, 4) for s in args.steps},
-                  "flops_by_op_batch1": {"ar": ar_ops} | {f"tdiff_dpm{s}": tdiff_ops[s] for s in args.steps}},
+                  | {f"tdiff_{runner.solver}{s}": round(flops[s] / 1e9, 4) for s in args.steps},
+                  "flops_by_op_batch1": {"ar": ar_ops} | {f"tdiff_{runner.solver}{s}": tdiff_ops[s] for s in args.steps}},
         "params": {"tdiff": tp["total"],
                    "tdiff_counted_as": "VAE (encoder + decoder) + DiT: the whole model",
                    "tdiff_sampling_path": tp["sampling_path"],
