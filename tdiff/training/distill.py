@@ -44,6 +44,7 @@ from tdiff.errors import DataError, UsageError
 from tdiff.training.loop import LoopConfig, Trainer
 
 STUDENT_SOLVER = {"progressive": "ddim", "consistency": "consistency"}
+HELD_OUT_MAX = 256   # held-out sequences per figure: a consistency figure costs N teacher calls on each
 
 
 @dataclass
@@ -235,7 +236,8 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
                       need_ids=cond_prob > 0, label_names=teacher.labels or None)
     if ld.lat.shape[1:] != tuple(teacher.latent_shape):
         raise DataError(f"{teacher_path}: latents of shape {tuple(ld.lat.shape[1:])} do not fit the teacher")
-    held_lat = encode_latents(vae, ld.held.seqs, vae.config.max_len, tok.pad_id, device) if ld.held.seqs else None
+    held = ld.held.seqs[:HELD_OUT_MAX]            # the held-out figures use at most this many sequences
+    held_lat = encode_latents(vae, held, vae.config.max_len, tok.pad_id, device) if held else None
     student_diff = {**diff, "self_condition": False}
     teacher_sha = _sha256(teacher_path)
     n_rounds = len(student_steps)
