@@ -157,7 +157,7 @@ class _Loss:
         cond = {"label": label, "cond_x": cond_x, "cond_mask": cond_mask}
         n = self.steps if self.method == "progressive" else self.from_steps
         lo = 1 if self.method == "progressive" else 0
-        i = torch.randint(lo, n + (1 if lo else 0), (b,), generator=generator, device=dev)     # (B,)
+        i = torch.randint(lo, n + lo, (b,), generator=generator, device=dev)                 # (B,) in [lo, n + lo)
         if self.method == "progressive":
             t = dd.grid_times(i, n)                                    # (B,) student grid point
             s = dd.grid_times(i - 1, n)                                # one student step later
@@ -248,8 +248,15 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
 
     start = 0
     if resume and ckpt_path.exists():
-        meta = artifacts.load_artifact(ckpt_path, expect="checkpoint", device="cpu").train
-        r = meta.get("fingerprint", {}).get("round") if isinstance(meta, dict) else None
+        import json
+
+        meta = artifacts.read_metadata(ckpt_path)       # the header only: the Trainer loads the tensors
+        try:
+            info = json.loads(meta["train"]) if meta.get("tdiff.kind") == "checkpoint" else {}
+        except (KeyError, ValueError):
+            info = {}
+        fp = info.get("fingerprint") if isinstance(info, dict) else None
+        r = fp.get("round") if isinstance(fp, dict) else None
         if not isinstance(r, int) or not 0 <= r < n_rounds:
             raise DataError(f"{ckpt_path}: not a checkpoint of this distillation; remove it or run without --resume")
         start = r
@@ -260,7 +267,7 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
     for r in range(start, n_rounds):
         steps = student_steps[r]
         from_steps = dc.from_steps if (r == 0 or dc.method == "consistency") else student_steps[r - 1]
-        round_teacher = teacher_dit if r == start and r == 0 else copy.deepcopy(teacher_dit)
+        round_teacher = teacher_dit if r == 0 else copy.deepcopy(teacher_dit)
         round_teacher.requires_grad_(False).eval()
         student_dit = copy.deepcopy(round_teacher).requires_grad_(True)
         module = nn.Module()
