@@ -58,6 +58,7 @@ class Bundle:
     train: dict = field(default_factory=dict)
     kind: str = "model"
     timewarp: object = None              # TimeWarp of `train --t-sampling adaptive`, else None
+    greedy_head: object = None           # a compiled tdiff.sample.greedy_head (tdiff/compiled.py), else None
 
     @property
     def latent_shape(self):
@@ -112,9 +113,17 @@ class Bundle:
 
         state = {"prev": None}
         use_sc = self.diffusion.get("self_condition", True)
+
+        def previous(x):
+            """The self-conditioning input: the last x0 estimate, zeros before the first (what the
+            network assumes for None; given explicitly so a compiled network sees one signature)."""
+            if not use_sc:
+                return None
+            return torch.zeros_like(x) if state["prev"] is None else state["prev"]
+
         if not guidance or label is None:
             def denoise(x_t, t):
-                x0 = self.x0_estimate(x_t, t, self_cond=state["prev"] if use_sc else None,
+                x0 = self.x0_estimate(x_t, t, self_cond=previous(x_t),
                                       label=label, cond_x=cond_x, cond_mask=cond_mask, round_x0=round_x0)
                 state["prev"] = x0
                 return x0
@@ -126,7 +135,8 @@ class Bundle:
         cond_x2, cond_mask2 = two(cond_x), two(cond_mask)
 
         def guided(x_t, t):
-            x0 = self.x0_estimate(two(x_t), two(t), self_cond=state["prev"] if use_sc else None,
+            x2 = two(x_t)                                                     # (2B, N, D)
+            x0 = self.x0_estimate(x2, two(t), self_cond=previous(x2),
                                   label=labels2, cond_x=cond_x2, cond_mask=cond_mask2, round_x0=round_x0)
             state["prev"] = x0                                                # (2B, N, D): one state per branch
             x0_c, x0_u = x0.chunk(2)                                          # (B, N, D) each

@@ -12,6 +12,8 @@ TARGETS = ("v", "x0", "eps")                         # diffusion/process.py
 SOLVERS = ("dpm", "ddim", "ddpm", "consistency")     # diffusion/solvers.py
 LR_DECAYS = ("steps", "budget")                      # training/loop.py
 DTYPES = ("fp32", "bf16", "fp16")                    # device.py
+SAMPLE_DTYPES = ("auto",) + DTYPES                   # device.resolve_dtype: auto = bf16 where it is fast
+EXPORT_FORMATS = ("safetensors", "export", "torchscript", "onnx")   # export.py
 T_SAMPLINGS = ("uniform", "adaptive")                # training/train_dit.py, diffusion/timewarp.py
 TIME_GRIDS = ("uniform", "logsnr", "warp")           # diffusion/solvers.py
 DISTILL_METHODS = ("progressive", "consistency")     # training/distill.py

@@ -12,7 +12,7 @@ import contextlib
 from tdiff.choices import DTYPES
 from tdiff.errors import UsageError
 
-__all__ = ["DTYPES", "autocast", "resolve_device", "seed_everything", "torch_dtype"]
+__all__ = ["DTYPES", "autocast", "fast_bf16", "resolve_device", "resolve_dtype", "seed_everything", "torch_dtype"]
 
 
 def resolve_device(name: str):
@@ -34,6 +34,36 @@ def resolve_device(name: str):
             )
         return dev
     raise UsageError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N")
+
+
+def fast_bf16(device) -> bool:
+    """Whether DEVICE multiplies bf16 matrices natively: a CUDA GPU that supports bf16, or a CPU with
+    AMX or AVX-512 BF16 units (Linux /proc/cpuinfo flags amx_bf16 / avx512_bf16). Elsewhere bf16 is
+    emulated and slower than fp32."""
+    import torch
+
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    if device.type != "cpu":
+        return False
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"amx_bf16", "avx512_bf16"})
+    except OSError:
+        pass
+    return False
+
+
+def resolve_dtype(name: str, device) -> str:
+    """NAME, with `auto` replaced by bf16 where DEVICE has fast bf16 (`fast_bf16`), else fp32.
+    Sampling in bf16 keeps the quality (docs/NOTES.md, "Inference speed": 98.9% of tokens equal,
+    judge perplexity within 1%) at 1.5–2× the speed."""
+    if name != "auto":
+        return name
+    return "bf16" if fast_bf16(device) else "fp32"
 
 
 def torch_dtype(name: str):

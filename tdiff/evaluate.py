@@ -532,11 +532,14 @@ def timed_ar_batch(model, batch_size: int, length: int, device, dtype: str = "fp
 
 
 def speed_diffusion(bundle, device, steps: int = 12, solver: str = "dpm", batch_size: int = 1,
-                    repeats: int = 5, warmup: int = 1, seed: int = 0, dtype: str = "fp32") -> dict:
+                    repeats: int = 5, warmup: int = 1, seed: int = 0, dtype: str = "fp32",
+                    compile: bool = False) -> dict:
     """Time WARMUP untimed then REPEATS timed batches of BATCH_SIZE samples (noise → latents → ids).
 
     tokens/s counts every position of the fixed sequence length (batch × max_len per batch: the work
     done); generated_tokens_per_s counts the tokens left after cutting at the predicted end of text.
+    With COMPILE the networks run through torch.compile (tdiff/compiled.py); the first warm-up batch
+    then includes the compiling, reported as warmup_s.
     """
     from tdiff.sample import SampleOptions, check_options, trim_ids
     from tdiff.seeds import generator
@@ -544,16 +547,23 @@ def speed_diffusion(bundle, device, steps: int = 12, solver: str = "dpm", batch_
     _check_speed(batch_size, repeats, warmup)
     opts = SampleOptions(num=batch_size, batch_size=batch_size, steps=steps, solver=solver, seed=seed, dtype=dtype)
     check_options(opts)
+    if compile:
+        from tdiff.compiled import compile_bundle
+
+        bundle = compile_bundle(bundle, device, batch_size)
     length = bundle.vae.config.max_len
-    times, generated = [], 0
+    times, warm, generated = [], [], 0
     for r in range(warmup + repeats):
         g = generator(seed, r, "sample", device)
         dt, ids = timed_diffusion_batch(bundle, batch_size, opts, g, device)
         if r >= warmup:
             times.append(dt)
             generated += sum(len(trim_ids(row, bundle.tokenizer)) for row in ids.tolist())
+        else:
+            warm.append(round(dt, 4))
     out = {"kind": "diffusion", "solver": solver, "steps": steps, "batch_size": batch_size, "length": length,
-           "repeats": repeats, "warmup": warmup, "dtype": dtype, "device": str(device)}
+           "repeats": repeats, "warmup": warmup, "warmup_s": warm, "dtype": dtype, "compile": compile,
+           "device": str(device)}
     out.update(_timing(times, batch_size * length, generated))
     return out
 

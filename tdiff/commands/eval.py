@@ -58,8 +58,9 @@ def eval_cmd(
              "the token accuracy of decoding the noisy latent directly and the denoiser's x0 estimate, and "
              "the denoiser's loss; 'none' skips it."),
     output: str = typer.Option("-", "--output", "-o", help="Output JSON file; - for stdout."),
+    compile: bool = common.compile_option(),
     device: str = common.device_option(),
-    dtype: Literal[choices.DTYPES] = common.dtype_option(),
+    dtype: Literal[choices.SAMPLE_DTYPES] = common.dtype_option(auto=True),
     seed: int = common.seed_option(),
     quiet: bool = common.quiet_option(),
     config: Optional[Path] = common.config_option(),
@@ -78,6 +79,8 @@ def eval_cmd(
         raise UsageError(f"nothing to evaluate: select a mode with {MODES_HELP}")
     if (data is not None or speed) and model is None:
         raise UsageError(f"{'--data' if data is not None else '--speed'} needs -m/--model")
+    if compile and not speed:
+        raise UsageError("--compile: only with --speed (it times compiled sampling)")
     if model is not None and data is None and not speed:
         raise UsageError("-m/--model is used with --data or --speed; add one of them")
     for opt, val in (("--judge", judge), ("--references", references), ("--real", real), ("--train", train),
@@ -108,9 +111,10 @@ def eval_cmd(
         real_recs = E.read_texts(real, max_records=max_records, opt="--real") if real is not None else refs
     dev = None
     if model is not None or judge is not None:
-        from tdiff.device import resolve_device
+        from tdiff.device import resolve_device, resolve_dtype
 
         dev = resolve_device(device)
+        dtype = resolve_dtype(dtype, dev)
 
     if model is not None:
         kind = E.model_kind(model)
@@ -121,6 +125,8 @@ def eval_cmd(
             if data is not None:
                 seqs = E.read_heldout_ids(data, ar_tok.vocab_size, max_records)
                 result["perplexity"] = E.ar_perplexity(ar_model, seqs, dev, dtype)
+            if compile:
+                raise UsageError("--compile: diffusion models only, not a train-ar directory")
             if speed:
                 result["speed"] = E.speed_ar(ar_model, ar_tok, dev, length=length, batch_size=batch_size,
                                              repeats=repeats, warmup=warmup, seed=seed, dtype=dtype)
@@ -151,7 +157,8 @@ def eval_cmd(
                 for line in notes:
                     (log.warn if line.startswith("warning: ") else log.info)(f"eval: {line.removeprefix('warning: ')}")
                 result["speed"] = E.speed_diffusion(bundle, dev, steps=steps, solver=solver, batch_size=batch_size,
-                                                    repeats=repeats, warmup=warmup, seed=seed, dtype=dtype)
+                                                    repeats=repeats, warmup=warmup, seed=seed, dtype=dtype,
+                                                    compile=compile)
 
     if smp is not None:
         real_texts = real_recs.texts if real_recs is not None else None

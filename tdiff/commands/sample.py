@@ -60,8 +60,9 @@ def sample(
     round_x0: bool = typer.Option(False, "--round-x0", help="Snap every x0 estimate to the latents of the "
                                   "tokens it decodes to (decoder argmax → encoder); one VAE pass per step."),
     no_ema: bool = typer.Option(False, "--no-ema", help="Use the raw weights instead of the EMA weights."),
+    compile: bool = common.compile_option(),
     device: str = common.device_option(),
-    dtype: Literal[choices.DTYPES] = common.dtype_option(),
+    dtype: Literal[choices.SAMPLE_DTYPES] = common.dtype_option("auto", auto=True),
     seed: int = common.seed_option(),
     quiet: bool = common.quiet_option(),
     config: Optional[Path] = common.config_option(),
@@ -73,11 +74,10 @@ def sample(
 
     from tdiff import log
     from tdiff.bundle import load_bundle
-    from tdiff.device import resolve_device, torch_dtype
+    from tdiff.device import resolve_device, resolve_dtype, torch_dtype
     from tdiff.io import JsonlWriter, open_output
     from tdiff.sample import SampleOptions, check_options, generate, generate_long, sampling_plan
 
-    torch_dtype(dtype)
     from tdiff.ar import is_ar_dir
 
     from tdiff.errors import UsageError
@@ -88,7 +88,7 @@ def sample(
                                 ("--edit", edit is not None), ("--input", input is not None),
                                 ("--label", label is not None), ("--guidance", guidance > 0),
                                 ("--repetition-penalty", repetition_penalty != 1.0),
-                                ("--segments", segments > 1)) if v]
+                                ("--segments", segments > 1), ("--compile", compile)) if v]
         if given:
             raise UsageError(f"{', '.join(given)}: diffusion models only, not a train-ar directory")
         return _sample_ar(model, output, num, batch_size, length, 1.0 if temperature is None else temperature,
@@ -97,6 +97,8 @@ def sample(
         raise UsageError("--input: the requests come from the file; drop --prompt/--infill/--edit")
     temperature = 0.0 if temperature is None else temperature
     dev = resolve_device(device)
+    dtype = resolve_dtype(dtype, dev)
+    torch_dtype(dtype)
     bundle = load_bundle(model, dev, use_ema=not no_ema)
     steps, solver, notes = sampling_plan(bundle, steps, solver)
     for line in notes:
@@ -111,6 +113,11 @@ def sample(
     check_options(opts)
     requests = _requests(bundle, input, num, prompt=prompt, infill=infill, edit=edit, length=length,
                          mask_len=mask_len, label=label)
+    if compile:
+        from tdiff.compiled import compile_bundle
+
+        bundle = compile_bundle(bundle, dev, batch_size * (2 if guidance else 1))
+        log.info("sample: --compile: the first batch compiles the networks (10-30 s)")
     t0 = time.perf_counter()
     ntok = 0
     with open_output(output) as out:
@@ -128,7 +135,7 @@ def sample(
             ntok += len(rec["ids"])
     dt = time.perf_counter() - t0
     log.info(f"sample: {num} samples, {ntok} tokens in {dt:.2f}s ({ntok / max(dt, 1e-9):.0f} tok/s), "
-             f"{solver} {steps} steps on {dev}")
+             f"{solver} {steps} steps on {dev}, {dtype}{', compiled' if compile else ''}")
 
 
 def _requests(bundle, input, num, *, prompt, infill, edit, length, mask_len, label):
@@ -174,10 +181,11 @@ def _sample_ar(model, output, num, batch_size, length, temperature, top_k, top_p
 
     from tdiff import log
     from tdiff.ar import generate_ar, load_ar
-    from tdiff.device import resolve_device
+    from tdiff.device import resolve_device, resolve_dtype
     from tdiff.io import JsonlWriter, open_output
 
     dev = resolve_device(device)
+    dtype = resolve_dtype(dtype, dev)
     m, tok = load_ar(model, dev)
     t0 = time.perf_counter()
     ntok = 0

@@ -211,13 +211,18 @@ class TextVAE(nn.Module):
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         """z (B, N, C) raw latents -> logits (B, N·k, V) over the vocabulary, pad included."""
+        return self.lm_head(self.decode_hidden(z))  # (B, L, V)
+
+    def decode_hidden(self, z: torch.Tensor) -> torch.Tensor:
+        """z (B, N, C) raw latents -> the decoder's final states (B, N·k, D), before the output layer
+        (`lm_head`), so that a caller can take the V-way logits a few rows at a time."""
         B, N, _ = z.shape
         k, D = self.config.latent_stride, self.config.d_model
         h = self.from_latent(z.to(self.from_latent.weight.dtype)).reshape(B, N * k, D)  # (B, L, D)
         rope = rotary_cos_sin(N * k, self.head_dim, self.config.rope_base, z.device)
         for blk in self.dec_blocks:
             h = blk(h, rope)  # (B, L, D)
-        return self.lm_head(self.dec_norm(h))  # (B, L, V)
+        return self.dec_norm(h)  # (B, L, D)
 
     # ------------------------------------------------------------ training loss
 
