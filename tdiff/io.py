@@ -301,3 +301,14 @@ class JsonlWriter:
 
     def flush(self) -> None:
         self.stream.flush()
+
+
+def file_sha256(path) -> str:
+    """Hex SHA-256 of the file at PATH (read in 1 MiB blocks)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

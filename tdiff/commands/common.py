@@ -130,7 +130,7 @@ def start(ctx: typer.Context) -> None:
     if params.get("output") is not None and not params.get("dump_config"):
         from tdiff.io import check_output
 
-        check_output(params["output"], "-o/--output", directory=ctx.info_name == "train-ar")
+        check_output(params["output"], "-o/--output", directory=ctx.info_name in ("train-ar", "export"))
     if params.get("dump_config"):
         import yaml
 

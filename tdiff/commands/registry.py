@@ -3,6 +3,7 @@
 from tdiff.commands.clean import clean
 from tdiff.commands.distill import distill
 from tdiff.commands.eval import eval_cmd
+from tdiff.commands.export import export
 from tdiff.commands.sample import sample
 from tdiff.commands.tokenize import tokenize
 from tdiff.commands.train import train
@@ -18,4 +19,5 @@ COMMANDS = [
     ("distill", distill),
     ("sample", sample),
     ("eval", eval_cmd),
+    ("export", export),
 ]

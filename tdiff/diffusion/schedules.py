@@ -151,7 +151,9 @@ class CosineSchedule(Schedule):
 
     def log_snr(self, t):
         t = _as_time(t)
-        return -2.0 * torch.log(torch.tan(self._theta(t)))
+        theta = self._theta(t)
+        # −2 log tan θ, written with sin and cos: ONNX Runtime has no float64 Tan (`tdiff export --format onnx`)
+        return -2.0 * (torch.log(torch.sin(theta)) - torch.log(torch.cos(theta)))
 
     def log_snr_derivative(self, t):
         t = _as_time(t)

@@ -223,9 +223,7 @@ class DiT(nn.Module):
         if self.pos_emb is not None:
             h = h + self.pos_emb[:N]  # (B, N, D)
 
-        t = torch.as_tensor(t, device=x_t.device).reshape(-1)
-        if t.numel() == 1:
-            t = t.expand(B)
+        t = torch.as_tensor(t, device=x_t.device).reshape(-1).expand(B)  # (B,): a scalar is broadcast
         cond = self.t_mlp(timestep_embedding(t * c.time_scale, c.time_freq_dim).to(dtype))  # (B, D)
         if self.label_emb is not None:
             if label is None:

@@ -34,13 +34,13 @@ JSONL (one record per logged step, with its "round"), bf16 autocast and EMA weig
 from __future__ import annotations
 
 import copy
-import hashlib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tdiff import artifacts, log
 from tdiff.choices import DISTILL_METHODS
 from tdiff.errors import DataError, UsageError
+from tdiff.io import file_sha256
 from tdiff.training.loop import LoopConfig, Trainer
 
 STUDENT_SOLVER = {"progressive": "ddim", "consistency": "consistency"}
@@ -85,14 +85,6 @@ def check_teacher(bundle, path, method: str, from_steps: int) -> None:
     if from_steps != steps:
         raise UsageError(f"--from-steps {from_steps}: the teacher {path} is a progressive student distilled "
                          f"for {steps} steps; its ODE is only learned on that grid (use --from-steps {steps})")
-
-
-def _sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class _Loss:
@@ -209,7 +201,6 @@ def _heldout(loss_fn, lat, seed: int, device, batch_size: int = 256) -> float:
 
 def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, device, ckpt_path: Path,
             log_path=None, resume=False) -> dict:
-    import torch
     import torch.nn as nn
 
     from tdiff import data as D
@@ -239,11 +230,11 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
     held = ld.held.seqs[:HELD_OUT_MAX]            # the held-out figures use at most this many sequences
     held_lat = encode_latents(vae, held, vae.config.max_len, tok.pad_id, device) if held else None
     student_diff = {**diff, "self_condition": False}
-    teacher_sha = _sha256(teacher_path)
+    teacher_sha = file_sha256(teacher_path)
     n_rounds = len(student_steps)
     log.info(f"distill: {dc.method}, teacher {teacher_path} ({teacher.dit.num_params() / 1e6:.2f}M), "
              f"{len(ld.train.seqs):,} sequences, rounds {' → '.join(map(str, [dc.from_steps] + student_steps))}"
-             + (f" steps" if dc.method == "progressive" else f" (ODE grid {dc.from_steps}, student {dc.to_steps} steps)")
+             + (" steps" if dc.method == "progressive" else f" (ODE grid {dc.from_steps}, student {dc.to_steps} steps)")
              + f", known spans {cond_prob}, device {device}")
 
     start = 0
