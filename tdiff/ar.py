@@ -8,6 +8,9 @@ offline (`AutoModelForCausalLM.from_pretrained(DIR)`):
     DIR/generation_config.json
     DIR/model.safetensors        EMA weights, fp32
     DIR/tok.model                the SentencePiece model (+ tok.vocab, tok.model.json sidecar)
+    DIR/tokenizer.json           the same vocabulary for `AutoTokenizer.from_pretrained(DIR)` (+ tokenizer_config.json):
+                                 a fast tokenizer with our bos/eos/pad/unk, adding no special tokens itself;
+                                 `transformers.pipeline("text-generation", model=DIR)` runs offline
     DIR/tdiff.json               {"format": 1, "kind": "ar", "tokenizer": "tok.model", "train": {...}}
 
 A sequence is [bos] + ids + [eos]; the model is scored on every position after
@@ -41,6 +44,31 @@ PRESETS = {
     "small": {"n_layer": 6, "n_embd": 384, "n_head": 6},
     "base": {"n_layer": 6, "n_embd": 512, "n_head": 8},
 }
+
+
+def write_transformers_tokenizer(directory, tok, model_max_length: int) -> None:
+    """Write tokenizer.json + tokenizer_config.json into DIRECTORY so that transformers' AutoTokenizer
+    (and so `pipeline`) loads tdiff's vocabulary offline: the SentencePiece model converted by
+    transformers to a fast tokenizer, with our special pieces as bos/eos/pad/unk.
+
+    Decoding equals `Tokenizer.decode`. Encoding equals `Tokenizer.encode` for tokenizers trained
+    without pre-tokenization; for `--pretokenize jieba` ones AutoTokenizer does not segment with jieba
+    first, so ids may differ where jieba moves a piece boundary (measured in docs/NOTES.md)."""
+    import shutil
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    sp = tok._sp
+    special = {"bos_token": tok.bos_id, "eos_token": tok.eos_id, "pad_token": tok.pad_id, "unk_token": tok.unk_id}
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": False, "add_eos_token": False,
+              "model_max_length": model_max_length,
+              **{k: sp.id_to_piece(i) for k, i in special.items() if i is not None and i >= 0}}
+    with tempfile.TemporaryDirectory() as tmp, quiet_transformers():
+        shutil.copyfile(Path(directory) / TOKENIZER_FILE, Path(tmp) / "tokenizer.model")
+        (Path(tmp) / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+        fast = AutoTokenizer.from_pretrained(tmp)
+        fast.save_pretrained(str(directory))
 
 
 def make_config(vocab_size: int, n_positions: int, preset: str = "tiny", n_layer: int = 0, n_embd: int = 0,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+
 import pytest
 
 from conftest import head_lines, run_tdiff, shared_file
@@ -78,6 +80,40 @@ def test_directory_loads_offline_with_plain_transformers(trained, monkeypatch):
     assert type(m).__name__ == "GPT2LMHeadModel"
     assert (c.bos_token_id, c.eos_token_id, c.pad_token_id, c.vocab_size) == (1, 2, 3, 2100)
     assert (g.eos_token_id, g.pad_token_id) == (2, 3)
+
+
+def test_autotokenizer_and_pipeline_load_the_directory_offline(trained):
+    """AutoTokenizer.from_pretrained(dir) gives tdiff's ids and texts (this tokenizer has no jieba
+    pre-tokenization), and transformers.pipeline("text-generation", model=dir) runs offline in a
+    process that never imports tdiff."""
+    import subprocess
+    import sys
+
+    from transformers import AutoTokenizer
+
+    from tdiff.text.tokenizer import Tokenizer
+
+    d, _, _ = trained
+    out = d / "ar"
+    assert {"tokenizer.json", "tokenizer_config.json"} <= {p.name for p in out.iterdir()}
+    fast = AutoTokenizer.from_pretrained(str(out))
+    tok = Tokenizer.load(out / "tok.model")
+    assert (fast.bos_token_id, fast.eos_token_id, fast.pad_token_id, fast.unk_token_id) == \
+        (tok.bos_id, tok.eos_id, tok.pad_id, tok.unk_id)
+    texts = [s for line in head_lines(shared_file("songci.txt"), 60, skip=400) for s in line.split("。") if s] + \
+        ["Hello, world!  Two  spaces.", "混合 text 和 数字 123。"]
+    for t in texts:
+        ids = tok.encode(t)
+        assert fast(t, add_special_tokens=False)["input_ids"] == ids, t
+        assert fast.decode(ids) == tok.decode(ids), t
+    code = ("import json, sys; sys.modules['tdiff'] = None; from transformers import pipeline; "
+            f"p = pipeline('text-generation', model={str(out)!r}, device='cpu'); "
+            "r = p('春风', max_new_tokens=5, do_sample=False); print(json.dumps(r, ensure_ascii=False))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300,
+                       env={**os.environ, **ENV, "TRANSFORMERS_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    got = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    assert got[0]["generated_text"].startswith("春风") and len(got[0]["generated_text"]) > 2
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ def check_output_dir(output: Path) -> None:
 
 def write_ar_dir(output: Path, model, tok, meta: dict) -> None:
     """Write the transformers directory into a temporary folder beside OUTPUT, then rename it into place."""
-    from tdiff.ar import META_FILE, TOKENIZER_FILE, quiet_transformers
+    from tdiff.ar import META_FILE, TOKENIZER_FILE, quiet_transformers, write_transformers_tokenizer
 
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +70,7 @@ def write_ar_dir(output: Path, model, tok, meta: dict) -> None:
         if not (tmp / "model.safetensors").exists():
             raise TdiffError(f"transformers did not write model.safetensors into {tmp}")
         tok.save(tmp / TOKENIZER_FILE)                     # tok.model, tok.vocab, tok.model.json
+        write_transformers_tokenizer(tmp, tok, model.config.n_positions)   # AutoTokenizer / pipeline
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         for f in tmp.iterdir():
             os.chmod(f, 0o666 & ~umask)                    # a model directory is for sharing
