@@ -109,18 +109,25 @@ def label_index(labels: list, field: str, name: str) -> tuple[list[str], list[in
     return names, [pos[str(lab)] for lab in labels]
 
 
-def batches(n: int, batch_size: int, seed: int, start_step: int = 0):
-    """Endless index batches: a fresh seeded permutation per epoch; skips START_STEP batches (resume)."""
-    import torch
+class BatchIndex:
+    """The training data order as random access: `order(k)` is the index batch (batch_size,) of the
+    run's micro-batch K. Epoch e is a permutation seeded by (seed, e); it holds n // batch_size
+    batches (the last partial batch is left out). Any process computes any micro-batch directly,
+    which resuming and data-parallel training need (tdiff/training/distributed.py)."""
 
-    per_epoch = max(1, n // batch_size)
-    epoch, step = divmod(start_step, per_epoch)
-    while True:
-        g = generator(seed, epoch, "data")
-        perm = torch.randperm(n, generator=g)
-        for b in range(step, per_epoch):
-            yield perm[b * batch_size:(b + 1) * batch_size]
-        epoch, step = epoch + 1, 0
+    def __init__(self, n: int, batch_size: int, seed: int):
+        self.n, self.batch_size, self.seed = n, batch_size, seed
+        self.per_epoch = max(1, n // batch_size)
+        self._epoch, self._perm = -1, None
+
+    def __call__(self, k: int):
+        import torch
+
+        epoch, b = divmod(int(k), self.per_epoch)
+        if epoch != self._epoch:
+            self._perm = torch.randperm(self.n, generator=generator(self.seed, epoch, "data"))
+            self._epoch = epoch
+        return self._perm[b * self.batch_size:(b + 1) * self.batch_size]
 
 
 def length_percentile(seqs, q: float) -> int:

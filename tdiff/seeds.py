@@ -41,3 +41,16 @@ def generator(seed: int, index: int = 0, stream: str = "sample", device="cpu"):
     import torch
 
     return torch.Generator(device=device).manual_seed(derive_seed(seed, index, stream))
+
+
+MICRO_STREAMS = 8                # random streams per training micro-batch (the global one + named generators)
+
+
+def micro_seed(seed: int, micro: int, slot: int = 0) -> int:
+    """The seed of random stream SLOT (0: torch's global generator, 1…7: a trainer's named
+    generators) for micro-batch MICRO of a training run: a function of (seed, micro, slot) only, so
+    a micro-batch draws the same numbers whichever process computes it (data-parallel training,
+    tdiff/training/distributed.py) and whatever ran before it (resume)."""
+    if not 0 <= slot < MICRO_STREAMS:
+        raise ValueError(f"micro-batch stream slot {slot} outside 0..{MICRO_STREAMS - 1}")
+    return derive_seed(seed, int(micro) * MICRO_STREAMS + slot, "noise")

@@ -105,7 +105,7 @@ def test_a_model_that_diverges_in_its_last_step_is_not_written(tmp_path):
     model = torch.nn.Linear(4, 1)
     ck = tmp_path / "c.safetensors"
 
-    def step_fn(step):
+    def step_fn(step, micro):
         x = torch.ones(8, 4)
         return model(x).pow(2).mean(), {}, 8
 

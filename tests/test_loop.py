@@ -35,7 +35,7 @@ def _toy_trainer(tmp_path, max_minutes, max_steps=10**6, ckpt=None, lr_decay="bu
     model = torch.nn.Linear(4, 1)
     x, y = torch.randn(32, 4), torch.randn(32, 1)
 
-    def step_fn(step):
+    def step_fn(step, micro):
         time.sleep(0.01)
         return torch.nn.functional.mse_loss(model(x), y), {}, 32
 

@@ -124,10 +124,13 @@ def _check_finite(ctx: typer.Context) -> None:
 
 def start(ctx: typer.Context) -> None:
     """Handle --dump-config and --quiet; call first in every command."""
+    from tdiff.training import distributed
+
     params = ctx.params
-    log.set_quiet(bool(params.get("quiet", False)))
+    main = distributed.env_is_main()              # under torchrun only rank 0 reports and checks outputs
+    log.set_quiet(bool(params.get("quiet", False)) or not main)
     _check_finite(ctx)
-    if params.get("output") is not None and not params.get("dump_config"):
+    if params.get("output") is not None and not params.get("dump_config") and main:
         from tdiff.io import check_output
 
         check_output(params["output"], "-o/--output", directory=ctx.info_name in ("train-ar", "export"))

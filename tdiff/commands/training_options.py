@@ -122,14 +122,23 @@ def training_command(exclude: tuple = (), **defaults):
             run = TrainingRun(input=kw.pop("input"), preset=kw.pop("preset", ""), batch_size=kw.pop("batch_size"),
                               holdout=kw.pop("holdout"), loop=loop, device=kw.pop("device"), log=kw.pop("log"),
                               checkpoint=kw.pop("checkpoint"), resume=kw.pop("resume"))
-            if "output" in kw and not kw["dump_config"]:
-                from tdiff.io import check_output
+            from tdiff import log
+            from tdiff.training import distributed
 
-                check_output(kw["output"], "-o/--output", directory=ctx.info_name == "train-ar")
-                check_output(run.checkpoint_for(Path(kw["output"])), "--checkpoint")
-            for n in ("dtype", "seed", "quiet", "config", "dump_config"):
-                kw.pop(n)
-            return func(ctx, run=run, **kw)
+            run.device = distributed.setup(run.device)          # torchrun: join the group, pick this rank's device
+            if not distributed.is_main():
+                log.set_quiet(True)                             # rank 0 reports; warnings and errors still show
+            try:
+                if "output" in kw and not kw["dump_config"] and distributed.is_main():
+                    from tdiff.io import check_output
+
+                    check_output(kw["output"], "-o/--output", directory=ctx.info_name == "train-ar")
+                    check_output(run.checkpoint_for(Path(kw["output"])), "--checkpoint")
+                for n in ("dtype", "seed", "quiet", "config", "dump_config"):
+                    kw.pop(n)
+                return func(ctx, run=run, **kw)
+            finally:
+                distributed.teardown()
 
         wrapper.__signature__ = inspect.Signature(params)
         wrapper.__annotations__ = {p.name: p.annotation for p in params}

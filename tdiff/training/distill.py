@@ -41,6 +41,7 @@ from tdiff import artifacts, log
 from tdiff.choices import DISTILL_METHODS
 from tdiff.errors import DataError, UsageError
 from tdiff.io import file_sha256
+from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
 
 STUDENT_SOLVER = {"progressive": "ddim", "consistency": "consistency"}
@@ -268,10 +269,10 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
         s_bundle = Bundle(vae=vae, dit=student_dit, schedule=teacher.schedule, tokenizer=tok, diffusion=student_diff)
         loss_fn = _Loss(dc.method, steps, from_steps, teacher.schedule, t_bundle, s_bundle)
         gen = generator(dc.loop.seed, r, "noise", device)
-        batches = D.batches(len(ld.train.seqs), dc.batch_size, dc.loop.seed + r)
+        order = D.BatchIndex(len(ld.train.seqs), dc.batch_size, dc.loop.seed + r)
 
-        def step_fn(step, loss_fn=loss_fn, gen=gen, r=r):
-            idx = next(batches).to(device)
+        def step_fn(step, micro, loss_fn=loss_fn, gen=gen, r=r, order=order):
+            idx = order(micro).to(device)
             cond_x, cond_mask, label = draw_conditions(ld, idx, vae, tok, cond_prob=cond_prob,
                                                        label_dropout=label_dropout, generator=gen)
             loss = loss_fn(ld.lat[idx], gen, cond_x=cond_x, cond_mask=cond_mask, label=label).mean()
@@ -280,13 +281,12 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
         fingerprint = {"teacher": teacher_sha, "data": ld.data.digest, "round": r,
                        "distill": asdict(dc) | {"loop": None}}
         frozen = {"teacher": round_teacher} if r > 0 else {}
-        trainer = Trainer(module, step_fn, per_round, device, ckpt_path=ckpt_path, log_path=log_path,
+        trainer = Trainer(module, step_fn, replace(per_round, seed=dc.loop.seed + r), device,   # own streams per round
+                          ckpt_path=ckpt_path, log_path=log_path,
                           fingerprint=fingerprint, clip_groups={"grad_norm": student_dit.parameters()},
                           generators={"noise": gen}, frozen=frozen)
-        if resume and r == start and trainer.resume():
-            batches = D.batches(len(ld.train.seqs), dc.batch_size, dc.loop.seed + r,
-                                start_step=trainer.step * dc.loop.grad_accum)
-        elif r > 0:
+        resumed = resume and r == start and trainer.resume()
+        if not resumed and r > 0:
             trainer.save_checkpoint()      # the round's teacher is on disk before its first step
         before = _heldout(loss_fn, held_lat, dc.loop.seed, device) if held_lat is not None else None
         summary = trainer.run()
@@ -312,9 +312,10 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
                          "rounds": student_steps if dc.method == "progressive" else [dc.to_steps],
                          "teacher": {"file": Path(teacher_path).name, "sha256": teacher_sha}}
     out = {**summary, "rounds": history}
-    artifacts.save_artifact(output, tensors, "student", config=config,
-                            train={**out, "seed": dc.loop.seed, "data": ld.data.digest, "config": asdict(dc),
-                                   "teacher_train": teacher.train},
-                            tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
+    if distributed.is_main():                     # rank 0 writes (torchrun)
+        artifacts.save_artifact(output, tensors, "student", config=config,
+                                train={**out, "seed": dc.loop.seed, "data": ld.data.digest, "config": asdict(dc),
+                                       "teacher_train": teacher.train},
+                                tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
     log.info(f"distill: wrote {output}")
     return out

@@ -14,6 +14,11 @@ line in the man pages).
 `Trainer.run` is three reusable pieces in a loop: `train_step` (one optimizer step:
 forward/backward over the micro-batches, clipping, the update, EMA), `log_step`
 (the metrics record) and `maybe_checkpoint`.
+
+Micro-batch n of a run (n = step · grad_accum + k) reseeds torch's generator and the
+trainer's named generators from (seed, n) before the step function draws anything, so it is
+the same micro-batch after a resume and in any process of a data-parallel run
+(torchrun: tdiff/training/distributed.py, which says how the processes stay one run).
 """
 
 from __future__ import annotations
@@ -108,11 +113,22 @@ class StepResult:
     lr: float = 0.0              # the rate the update was made with
 
 
+def _is_peer_failure(e: BaseException) -> bool:
+    """Whether E is a collective that failed because another rank is gone (torch.distributed's errors)."""
+    import torch.distributed as dist
+
+    kinds = tuple(k for k in (getattr(dist, "DistError", None), getattr(dist, "DistBackendError", None),
+                              getattr(dist, "DistNetworkError", None)) if k is not None)
+    return isinstance(e, kinds) or any(w in str(e) for w in ("Connection closed", "Connection reset", "gloo", "NCCL"))
+
+
 class Trainer:
     """Runs STEP_FN until the step or time budget is spent.
 
-    step_fn(step) -> (objective tensor, metrics dict of floats, tokens in the micro-batch);
-    it is called cfg.grad_accum times per optimizer step, inside autocast. A metric named
+    step_fn(step, micro) -> (objective tensor, metrics dict of floats, tokens in the micro-batch);
+    it is called for each of the cfg.grad_accum micro-batches of an optimizer step, inside autocast,
+    with MICRO the run's index of that micro-batch (which data it takes: `tdiff.data.BatchIndex`).
+    With W processes (torchrun) each calls it for its grad_accum / W share. A metric named
     "loss" is what the log shows as the loss (default: the objective) — `tdiff train` logs
     the denoiser's MSE there when the objective also holds a learned schedule's terms.
 
@@ -121,16 +137,28 @@ class Trainer:
     torch.Generator} whose states the checkpoints save and `resume` restores, so a resumed
     run draws the same random numbers as an uninterrupted one. FROZEN: {name: nn.Module} that
     the step function reads but nothing trains (a distillation round's teacher): saved in every
-    checkpoint and restored by `resume`, neither optimized nor averaged.
+    checkpoint and restored by `resume`, neither optimized nor averaged. AFTER_STEP(trainer) runs
+    on every rank after each update (e.g. a statistic gathered from all ranks' micro-batches).
     """
 
     def __init__(self, model, step_fn: Callable, cfg: LoopConfig, device, ckpt_path=None,
                  log_path=None, fingerprint: dict | None = None, clip_groups: dict | None = None,
-                 generators: dict | None = None, frozen: dict | None = None):
+                 generators: dict | None = None, frozen: dict | None = None, after_step: Callable | None = None):
         import torch
+
+        from tdiff.seeds import MICRO_STREAMS
+        from tdiff.training import distributed
 
         if cfg.lr_decay not in LR_DECAYS:
             raise UsageError(f"--lr-decay {cfg.lr_decay!r}: expected one of {', '.join(LR_DECAYS)}")
+        self.world, self.rank = distributed.world_size(), distributed.rank()
+        if cfg.grad_accum % self.world:
+            raise UsageError(f"--grad-accum {cfg.grad_accum}: must be a multiple of the {self.world} processes "
+                             "(an optimizer step's micro-batches are shared out between them)")
+        if len(generators or {}) >= MICRO_STREAMS:
+            raise ValueError(f"at most {MICRO_STREAMS - 1} named generators")
+        self.after_step = after_step
+        self._ddp = None
         self.model, self.step_fn, self.cfg, self.device = model, step_fn, cfg, device
         self.ckpt_path = Path(ckpt_path) if ckpt_path else None
         self.log_path = Path(log_path) if log_path else None
@@ -178,6 +206,8 @@ class Trainer:
 
         if self.ckpt_path is None:
             return False
+        if self.rank != 0:
+            return self.weights_finite()                 # rank 0 writes; every rank holds the same weights
         if not self.weights_finite():
             log.warn(f"step {self.step}: weights are not finite (training diverged); keeping the previous "
                      f"checkpoint {self.ckpt_path}")
@@ -226,7 +256,7 @@ class Trainer:
         """After divergence: put back the last checkpoint whose weights gave a finite loss; what was done."""
         import os
 
-        if self.ckpt_path is None:
+        if self.ckpt_path is None or self.rank != 0:
             return ""
         if 0 <= self._ckpt_step <= self._good_step or self._ckpt_step < 0:
             return f" (the last good checkpoint {self.ckpt_path} is kept)" if self.ckpt_path.exists() else ""
@@ -238,7 +268,7 @@ class Trainer:
 
     def discard_previous(self) -> None:
         """Remove the rotated PATH.prev once training has finished well."""
-        if self.ckpt_path is not None:
+        if self.ckpt_path is not None and self.rank == 0:
             self._prev_path().unlink(missing_ok=True)
 
     def resume(self) -> bool:
@@ -319,6 +349,49 @@ class Trainer:
             g["lr"] = lr
         return lr
 
+    def _seed_micro(self, micro: int) -> None:
+        """Reseed torch's generator and the named generators for micro-batch MICRO (tdiff.seeds.micro_seed)."""
+        import torch
+
+        from tdiff.seeds import micro_seed
+
+        torch.manual_seed(micro_seed(self.cfg.seed, micro, 0))
+        for slot, name in enumerate(sorted(self.generators), start=1):
+            self.generators[name].manual_seed(micro_seed(self.cfg.seed, micro, slot))
+
+    def _wrapped(self):
+        """The DistributedDataParallel wrapper of the step function (W > 1), made on first use,
+        after a resume has loaded the weights."""
+        if self._ddp is None:
+            import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel
+
+            class StepModule(nn.Module):
+                def __init__(self, model, fn):
+                    super().__init__()
+                    self.model, self.fn = model, fn
+
+                def forward(self, step, micro):
+                    return self.fn(step, micro)
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self._ddp = DistributedDataParallel(StepModule(self.model, self.step_fn), device_ids=ids,
+                                                find_unused_parameters=False)
+        return self._ddp
+
+    def _forward(self, micro: int):
+        if self.world == 1:
+            return self.step_fn(self.step, micro)
+        return self._wrapped()(self.step, micro)
+
+    def _sync(self, last: bool):
+        """DDP's no_sync for all but the last local micro-batch (one all-reduce per optimizer step)."""
+        import contextlib
+
+        if self.world == 1 or last:
+            return contextlib.nullcontext()
+        return self._wrapped().no_sync()
+
     def _clip(self) -> dict:
         """Clip each group's gradient to cfg.clip on its own; their norms before clipping."""
         import torch
@@ -332,24 +405,43 @@ class Trainer:
         import torch
 
         from tdiff.device import autocast
+        from tdiff.training import distributed
 
         cfg = self.cfg
         self.opt.zero_grad(set_to_none=True)
-        objective, metrics, ok = 0.0, {}, True
-        for _ in range(cfg.grad_accum):
-            with autocast(self.device, cfg.dtype):
-                loss, m, ntok = self.step_fn(self.step)
-            loss = loss / cfg.grad_accum
+        objective, metrics, ok, ntok_step = 0.0, {}, True, 0
+        share = cfg.grad_accum // self.world                     # micro-batches of this process
+        first = self.step * cfg.grad_accum + self.rank * share   # the run's index of the first of them
+        for j in range(share):
+            micro = first + j
+            self._seed_micro(micro)
+            last = j == share - 1
+            with self._sync(last), autocast(self.device, cfg.dtype):
+                loss, m, ntok = self._forward(micro)
+            # W processes each add grad_accum/W micro-batches and DDP averages over W: scale by W.
+            loss = loss * self.world / cfg.grad_accum
             if not torch.isfinite(loss):
                 ok = False
-                break
-            self._good_step = max(self._good_step, self.step)     # these weights give a finite loss
-            (self.scaler.scale(loss) if self.scaler else loss).backward()
-            objective += float(loss.detach())
-            self._win_tokens += ntok
-            self.tokens += ntok
+                if self.world == 1:
+                    break
+                # W > 1: go on (the backward makes the gradients non-finite on every rank after the
+                # all-reduce, and all ranks skip the step together; none waits in a collective alone)
+            else:
+                self._good_step = max(self._good_step, self.step)     # these weights give a finite loss
+            with self._sync(last):
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            objective += float(loss.detach()) / self.world
+            ntok_step += ntok
             for k, v in m.items():
                 metrics[k] = metrics.get(k, 0.0) + float(v) / cfg.grad_accum
+        if self.world > 1:                                            # one run: sum the shares of every rank
+            keys = sorted(metrics)
+            red = distributed.all_reduce([objective, ntok_step, 0.0 if ok else 1.0] + [metrics[k] for k in keys],
+                                         device=self.device)
+            objective, ntok_step, ok = red[0], int(red[1]), ok and red[2] == 0
+            metrics = dict(zip(keys, red[3:]))
+        self._win_tokens += ntok_step
+        self.tokens += ntok_step
         if self.scaler:
             self.scaler.unscale_(self.opt)
         norms = self._clip()
@@ -371,6 +463,8 @@ class Trainer:
                              + self._roll_back()) from None
         self.step += 1
         self._update_ema()
+        if self.after_step is not None:
+            self.after_step(self)
         logged = metrics.pop("loss", objective)
         return StepResult(ok=True, loss=logged, metrics=metrics, lr=self.opt.param_groups[0]["lr"],
                           grad_norms={k: float(v) for k, v in norms.items()})
@@ -378,7 +472,7 @@ class Trainer:
     def log_step(self, res: StepResult, logf=None) -> None:
         """Every cfg.log_every steps (and the first and last): a metrics record to LOGF and a line on stderr."""
         cfg = self.cfg
-        if not (self.step % cfg.log_every == 0 or self.step == 1 or self.step == cfg.max_steps):
+        if self.rank != 0 or not (self.step % cfg.log_every == 0 or self.step == 1 or self.step == cfg.max_steps):
             return
         now = time.time()
         rec = {"step": self.step, "loss": round(res.loss, 6), "lr": res.lr,
@@ -401,22 +495,35 @@ class Trainer:
 
     def _out_of_time(self, t_start: float) -> bool:
         cfg = self.cfg
-        if cfg.max_minutes > 0 and (time.time() - t_start) >= cfg.max_minutes * 60:
-            log.info(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
-            return True
-        return False
+        return cfg.max_minutes > 0 and (time.time() - t_start) >= cfg.max_minutes * 60
+
+    def _agreed_stop(self, t_start: float) -> bool:
+        """Stop now? A signal or the time budget; with W processes agreed by all ranks (any rank's
+        signal or clock stops every rank at the same step)."""
+        from tdiff.training import distributed
+
+        timeout = self._out_of_time(t_start)
+        if self.world > 1:
+            sig, late = distributed.all_reduce([float(self._signum if self._stop else 0), float(timeout)], "max",
+                                               device=self.device)
+            if sig and not self._stop:
+                self._stop, self._signum = True, int(sig)
+            timeout = late > 0
+        if timeout and not self._stop:
+            log.info(f"time budget of {self.cfg.max_minutes:g} min reached at step {self.step}")
+        return self._stop or timeout
 
     def run(self) -> dict:
         cfg = self.cfg
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        logf = open(self.log_path, "a", encoding="utf-8") if self.log_path else None
+        logf = open(self.log_path, "a", encoding="utf-8") if self.log_path and self.rank == 0 else None
         t_start = time.time()
         elapsed0, progress0 = self.elapsed, self.progress
         nonfinite = 0
         self._win_tokens, self._win_t = 0, time.time()
         try:
             self.model.train()
-            while self.step < cfg.max_steps and not self._stop and not self._out_of_time(t_start):
+            while self.step < cfg.max_steps and not self._agreed_stop(t_start):
                 self.set_lr(t_start, progress0)
                 res = self.train_step()
                 if not res.ok:
@@ -442,6 +549,13 @@ class Trainer:
                 where = f"checkpoint at step {self.step} in {self.ckpt_path}; rerun with --resume to continue" \
                     if self.ckpt_path else "no checkpoint"
                 raise Interrupted(f"interrupted by signal {self._signum}: {where}", self._signum)
+        except RuntimeError as e:
+            if self.world == 1 or not _is_peer_failure(e):
+                raise
+            kept = f"the last checkpoint {self.ckpt_path} (step {self._ckpt_step}) is intact" \
+                if self.ckpt_path and self._ckpt_step >= 0 else "no checkpoint was written"
+            raise TdiffError(f"rank {self.rank}: another process of this run stopped ({str(e).splitlines()[0][:160]}); "
+                             f"{kept}; rerun with --resume") from None
         finally:
             for s, h in old.items():
                 signal.signal(s, h)

@@ -20,6 +20,7 @@ from pathlib import Path
 from tdiff import data as D
 from tdiff import log
 from tdiff.errors import TdiffError, UsageError
+from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
 
 
@@ -114,10 +115,10 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
     fingerprint = {"ar": arch, "data": data.digest, "train": asdict(tc) | {"loop": None}}
     rows = [([tok.bos_id] + s + [tok.eos_id])[:max_len] for s in train.seqs]
     pad = tok.pad_id
-    batches = D.batches(len(rows), tc.batch_size, tc.loop.seed)
+    order = D.BatchIndex(len(rows), tc.batch_size, tc.loop.seed)
 
-    def step_fn(step):
-        chunk = [rows[i] for i in next(batches)]
+    def step_fn(step, micro):
+        chunk = [rows[i] for i in order(micro)]
         ids = D.pad_batch(chunk, max(len(r) for r in chunk), pad).to(device)      # (B, L)
         mask = ids != pad                                                           # (B, L)
         labels = ids.masked_fill(~mask, -100)                                       # (B, L)
@@ -128,7 +129,6 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
                       fingerprint=fingerprint)
     if resume:
         trainer.resume()
-        batches = D.batches(len(rows), tc.batch_size, tc.loop.seed, start_step=trainer.step * tc.loop.grad_accum)
     summary = trainer.run()
     model.load_state_dict(trainer.ema_state_dict())
     model.eval()
@@ -139,7 +139,8 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
     summary["parameters"] = n_params
     meta = {"format": FORMAT, "kind": KIND, "tokenizer": TOKENIZER_FILE,
             "train": {**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)}}
-    write_ar_dir(output, model, tok, meta)
+    if distributed.is_main():                     # rank 0 writes (torchrun)
+        write_ar_dir(output, model, tok, meta)
     if not held.seqs:
         log.warn("no held-out records (--holdout too small for this data): perplexity measured on training data")
     log.info(f"train-ar: held-out perplexity {ppl:.3f} ({ntok:,} tokens, {len(eval_seqs):,} sequences); wrote {output}")

@@ -23,6 +23,7 @@ from tdiff.choices import T_SAMPLINGS
 from tdiff.errors import UsageError
 from tdiff.latents import encode_latents
 from tdiff.training.latent_data import draw_conditions, load_latents
+from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
 
 
@@ -105,12 +106,13 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     fingerprint = {"dit": dit.config.to_dict(), "data": data.digest, "vae": vae_art.train.get("data"),
                    "train": asdict(tc) | {"loop": None}}
     gen = generator(tc.loop.seed, 0, "noise", device)                 # t, ε, spans: checkpointed
-    batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed)
+    order = D.BatchIndex(len(train.seqs), tc.batch_size, tc.loop.seed)
+    pending = []                       # (t, progress) of this process's micro-batches, for the time warp
 
     learn_schedule = any(p.requires_grad for p in schedule.parameters())
 
-    def step_fn(step):
-        idx = next(batches).to(device)
+    def step_fn(step, micro):
+        idx = order(micro).to(device)
         x0 = lat[idx]                                                   # (B, Lz, Dz)
         t = warp.sample(len(idx), gen, device) if warp is not None else None
         cond_x, cond_mask, label = draw_conditions(ld, idx, vae, tok, cond_prob=tc.cond_prob,
@@ -129,7 +131,7 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
             metrics.update(loss=metrics["mse"], decoder_ce=ce.item())
             progress = ce_rows.detach()
         if warp is not None:
-            warp.update(terms.t, progress)
+            pending.append(torch.stack([terms.t.detach().double(), progress.detach().double()]))   # (2, B)
         if not learn_schedule:
             return objective, metrics, x0.shape[0] * vcfg.max_len
         var = vdm_variance_loss(module.schedule, terms.t, terms.eps_error)
@@ -140,10 +142,23 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     clip_groups = {"grad_norm": module.dit.parameters()}
     if learn_schedule:
         clip_groups["grad_norm_schedule"] = module.schedule.parameters()
+    def update_warp(trainer):
+        """The time warp learns from every micro-batch of the step, all ranks', in the run's order
+        (after the update, so W processes and one process see the same warp at every step)."""
+        if warp is None or not pending:
+            return
+        from tdiff.training.distributed import all_gather
+
+        local = torch.stack(pending)                                    # (share, 2, B)
+        pending.clear()
+        for t_k, p_k in all_gather(local):                              # (grad_accum, 2, B) in micro order
+            warp.update(t_k, p_k)
+
     trainer = Trainer(module, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path,
-                      fingerprint=fingerprint, clip_groups=clip_groups, generators={"noise": gen})
-    if resume and trainer.resume():
-        batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed, start_step=trainer.step * tc.loop.grad_accum)
+                      fingerprint=fingerprint, clip_groups=clip_groups, generators={"noise": gen},
+                      after_step=update_warp)
+    if resume:
+        trainer.resume()
     summary = trainer.run()
     # held-out denoising loss with the EMA weights
     ema = trainer.ema_state_dict()
@@ -168,9 +183,10 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     if warp is not None:                     # the measured error curve (raw, not EMA-averaged)
         tensors.update({f"timewarp.{k}": v for k, v in warp.state_dict().items()})
         config["timewarp"] = warp.config()
-    artifacts.save_artifact(output, tensors, "model", config=config,
-                     train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc),
-                            "vae_train": vae_art.train},
-                     tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
+    if distributed.is_main():                     # rank 0 writes (torchrun)
+        artifacts.save_artifact(output, tensors, "model", config=config,
+                         train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc),
+                                "vae_train": vae_art.train},
+                         tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
     log.info(f"train: wrote {output}")
     return summary

@@ -23,6 +23,7 @@ from tdiff import artifacts, log
 from tdiff import data as D
 from tdiff.errors import UsageError
 from tdiff.latents import latent_stats, reconstruction_metrics
+from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
 
 
@@ -137,11 +138,11 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
     log.info(f"train-vae: {len(train.seqs):,} train / {len(held.seqs):,} held-out sequences, max_len {max_len}, "
              f"{trained / 1e6:.2f}M parameters{frozen}, device {device}")
     fingerprint = {"vae": vae.config.to_dict(), "data": data.digest, "train": asdict(tc) | {"loop": None}}
-    batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed)
+    order = D.BatchIndex(len(train.seqs), tc.batch_size, tc.loop.seed)
     module, align = _with_aligner(vae, tok, tc, device)
 
-    def step_fn(step):
-        idx = next(batches)
+    def step_fn(step, micro):
+        idx = order(micro)
         ids = D.pad_batch([train.seqs[i] for i in idx], max_len, tok.pad_id).to(device)  # (B, L)
         beta = tc.beta * min(1.0, step / max(1, tc.kl_warmup))
         out = vae(ids, beta=beta, free_bits=tc.free_bits)
@@ -155,7 +156,6 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
     trainer = Trainer(module, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path, fingerprint=fingerprint)
     if resume:
         trainer.resume()
-        batches = D.batches(len(train.seqs), tc.batch_size, tc.loop.seed, start_step=trainer.step * tc.loop.grad_accum)
     summary = trainer.run()
     ema = trainer.ema_state_dict()
     vae.load_state_dict({k[4:]: v for k, v in ema.items() if k.startswith("vae.")} if align is not None else ema)
@@ -164,9 +164,10 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
     metrics = reconstruction_metrics(vae, held.seqs or train.seqs[:256], max_len, tok.pad_id, device)
     summary["heldout"] = metrics
     tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
-    artifacts.save_artifact(output, tensors, "vae", config={"vae": vae.config.to_dict()},
-                     train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)},
-                     tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
+    if distributed.is_main():                     # rank 0 writes (torchrun)
+        artifacts.save_artifact(output, tensors, "vae", config={"vae": vae.config.to_dict()},
+                         train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)},
+                         tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
     log.info(f"train-vae: held-out token accuracy {metrics['token_accuracy']:.4f}, exact match "
              f"{metrics['exact_match']:.4f} on {metrics['sequences']} sequences; wrote {output}")
     return summary
