@@ -26,7 +26,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(strip $(TORCH_SPEC)),$(BIN)/python -m pip install $(TORCH_SPEC))
-	$(BIN)/python -m pip install -e '.[dev,onnx]'
+	$(BIN)/python -m pip install -e '.[dev,onnx,plot]'
 	touch $@
 
 test: install

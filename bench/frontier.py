@@ -110,49 +110,24 @@ def system_texts(path: Path, knob: float, num: int, seed: int, steps: int, solve
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
+    """The frontier figure (`tdiff plot frontier.json -o F.png` draws the same)."""
+    from tdiff.plots import frontier
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    colors = {}
-    for run in result["runs"]:
-        first = run["system"] not in colors
-        c = colors.setdefault(run["system"], f"C{len(colors)}")
-        pts = sorted(run["points"], key=lambda p: p["char_entropy"])
-        ax.plot([p["char_entropy"] for p in pts], [p["judge_ppl"] for p in pts], "o-", color=c, alpha=0.8,
-                label=run["system"] if first else None)
-        for p in pts:
-            ax.annotate(f"{p['knob']:g}", (p["char_entropy"], p["judge_ppl"]), fontsize=6, color=c,
-                        textcoords="offset points", xytext=(3, 3))
-    real = result["real"]
-    ax.axvline(real["char_entropy"], color="grey", ls="--", lw=0.8)
-    ax.plot([real["char_entropy"]], [real["judge_ppl"]], "k*", ms=10, label="real held-out")
-    ax.set_yscale("log")
-    ax.set_xlabel("character unigram entropy (nats)  [higher = more diverse]")
-    ax.set_ylabel("judge perplexity  [lower = reads better]")
-    ax.set_title(result.get("title") or "quality–diversity frontier (tdiff: decoder top-p; AR: temperature)",
-                 fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp)
-    tmp.replace(path)
+    frontier(result, path)
 
 
 def merge_plot(paths: list[Path], out: Path, title: str, only: set[str] | None = None) -> None:
     """Plot the runs of several frontier.json files (each scored with the same judge and real text)
     in one figure, without sampling again: `--merge A.json B.json … --plot F.png`."""
-    results = [json.loads(p.read_text()) for p in paths]
-    base = results[0]
-    for p, r in zip(paths, results):
-        if abs(r["real"]["judge_ppl"] - base["real"]["judge_ppl"]) > 1e-6:
-            sys.exit(f"frontier.py: {p} was scored with another judge or real text than {paths[0]}")
-    runs = [{**run, "system": name}                        # the seeds of a system (NAME_sK) share a colour
-            for r in results for run in r["runs"]
-            for name in [run["system"].rsplit("_s", 1)[0]] if only is None or name in only]
-    plot({**base, "runs": runs, "title": title}, out)
+    from tdiff.errors import DataError
+    from tdiff.plots import merge_frontiers
+
+    try:
+        merged = merge_frontiers([json.loads(p.read_text()) for p in paths], [str(p) for p in paths])
+    except DataError as e:
+        sys.exit(f"frontier.py: {e}")
+    runs = [r for r in merged["runs"] if only is None or r["system"] in only]
+    plot({**merged, "runs": runs, "title": title}, out)
 
 
 def main() -> None:
