@@ -10,12 +10,23 @@ import sys
 from contextlib import contextmanager
 
 _quiet = False
+_verbose = False
 _console = None
 
 
 def set_quiet(quiet: bool) -> None:
     global _quiet
     _quiet = quiet
+
+
+def set_verbose(verbose: bool) -> None:
+    """--verbose: let third-party libraries' own log lines (jieba, SentencePiece) through to stderr."""
+    global _verbose
+    _verbose = verbose
+
+
+def is_verbose() -> bool:
+    return _verbose and not _quiet
 
 
 def is_quiet() -> bool:
@@ -62,20 +73,23 @@ class _NullProgress:
 
 @contextmanager
 def progress(transient: bool = True):
-    """A rich Progress on stderr when enabled, otherwise a no-op object with the same methods."""
+    """A rich Progress on stderr when enabled (stderr a terminal, no --quiet), otherwise a no-op
+    object with the same methods. Give every task a `unit` field (" steps", " records").
+    Lines written to stderr meanwhile (`info`) print above the bar."""
     if not progress_enabled():
         yield _NullProgress()
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed:,.0f}{task.fields[unit]}"),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),
         console=console(),
         transient=transient,
         redirect_stdout=False,
-        redirect_stderr=False,
+        redirect_stderr=True,
     ) as p:
         yield p

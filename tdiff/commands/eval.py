@@ -116,6 +116,18 @@ def eval_cmd(
         dev = resolve_device(device)
         dtype = resolve_dtype(dtype, dev)
 
+    import contextlib
+
+    bars = contextlib.ExitStack()                 # a progress line on a terminal: which stage is running
+    bar = bars.enter_context(log.progress())
+    import atexit
+
+    atexit.register(bars.close)                   # an error below still ends the display cleanly
+    task = bar.add_task("eval", total=None, unit=" stages done")
+
+    def stage(name):
+        bar.update(task, description=f"eval: {name}")
+
     if model is not None:
         kind = E.model_kind(model)
         if kind == "ar":
@@ -124,10 +136,12 @@ def eval_cmd(
             ar_model, ar_tok = load_ar(model, dev)
             if data is not None:
                 seqs = E.read_heldout_ids(data, ar_tok.vocab_size, max_records)
+                stage("held-out perplexity")
                 result["perplexity"] = E.ar_perplexity(ar_model, seqs, dev, dtype)
             if compile:
                 raise UsageError("--compile: diffusion models only, not a train-ar directory")
             if speed:
+                stage("speed")
                 result["speed"] = E.speed_ar(ar_model, ar_tok, dev, length=length, batch_size=batch_size,
                                              repeats=repeats, warmup=warmup, seed=seed, dtype=dtype)
         else:
@@ -140,6 +154,7 @@ def eval_cmd(
                 vae, tok, _ = load_vae(model, dev)
             if data is not None:
                 seqs = E.read_heldout_ids(data, tok.vocab_size, max_records)
+                stage("held-out reconstruction and denoising")
                 result["reconstruction"] = E.reconstruction(vae, tok, seqs, dev, dtype)
                 if bundle is not None:
                     result["denoising"] = E.denoising(bundle, seqs, dev, seed=seed, t_samples=t_samples, dtype=dtype)
@@ -156,11 +171,13 @@ def eval_cmd(
                 steps, solver, notes = sampling_plan(bundle, steps, solver)
                 for line in notes:
                     (log.warn if line.startswith("warning: ") else log.info)(f"eval: {line.removeprefix('warning: ')}")
+                stage("speed")
                 result["speed"] = E.speed_diffusion(bundle, dev, steps=steps, solver=solver, batch_size=batch_size,
                                                     repeats=repeats, warmup=warmup, seed=seed, dtype=dtype,
                                                     compile=compile)
 
     if smp is not None:
+        stage("samples")
         real_texts = real_recs.texts if real_recs is not None else None
         judge_model = judge_tok = None
         if judge is not None:
@@ -183,6 +200,7 @@ def eval_cmd(
                 log.warn(f"{len(smp.texts)} samples but {len(refs.texts)} references: BLEU and ROUGE-L pair "
                          f"the first {min(len(smp.texts), len(refs.texts))} in order")
 
+    bars.close()
     from tdiff.io import open_output
 
     with open_output(output) as out:

@@ -130,9 +130,12 @@ def sample(
             records = generate_long(bundle, opts, dev, requests, segments=segments, overlap=overlap or window // 4)
         else:
             records = generate(bundle, opts, dev, requests)
-        for rec in records:
-            w.write(rec)
-            ntok += len(rec["ids"])
+        with log.progress() as bar:
+            task = bar.add_task("sample", total=num if input is None else None, unit=" records")
+            for rec in records:
+                w.write(rec)
+                ntok += len(rec["ids"])
+                bar.advance(task, 1)
     dt = time.perf_counter() - t0
     log.info(f"sample: {num} samples, {ntok} tokens in {dt:.2f}s ({ntok / max(dt, 1e-9):.0f} tok/s), "
              f"{solver} {steps} steps on {dev}, {dtype}{', compiled' if compile else ''}")

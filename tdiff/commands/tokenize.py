@@ -80,7 +80,8 @@ def tokenize(
     ),
     seed: int = typer.Option(0, "--seed", metavar="N", min=0, max=common.SEED_MAX, help="Training: random seed for the sample and the trainer."),
     jobs: int = typer.Option(1, "--jobs", "-j", metavar="N", min=0, max=1024, help="Worker processes (0 = one per CPU); output order is kept."),
-    verbose: bool = typer.Option(False, "--verbose", help="Show SentencePiece's training log on stderr."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show SentencePiece's training log and jieba's start-up "
+                                 "lines on stderr."),
     config: Optional[Path] = common.config_option(),
     dump_config: bool = common.dump_config_option(),
     quiet: bool = common.quiet_option(),
@@ -90,6 +91,7 @@ def tokenize(
     Trains the model first when --model does not exist. Other fields pass through.
     """
     common.start(ctx)
+    log.set_verbose(verbose)
     model_type = model_type.value
     pretokenize = pretokenize.value if pretokenize is not None else None
     from tdiff.io import display_name, is_std, open_output
@@ -229,7 +231,9 @@ def _train_on_input(input, copy_to, name, model, *, train_sample, seed, jobs, ve
         raise DataError(f"{name} has no records: nothing to train '{model}' on; give text records or an existing --model")
     log.info(f"tokenize: training on {len(sample):,} of {count:,} records"
              + (" (jieba pre-tokenization)" if opts.get("pretokenize") == "jieba" else ""))
-    return train(sample, model, seed=seed, jobs=jobs, verbose=verbose, **opts)
+    with log.progress() as bar:
+        bar.add_task(f"train tokenizer on {len(sample):,} texts", total=None, unit="")
+        return train(sample, model, seed=seed, jobs=jobs, verbose=verbose, **opts)
 
 
 def _chunks(path) -> Iterator[tuple[int, list[bytes]]]:
@@ -335,7 +339,7 @@ def _run(source, name: str, out: IO[str], tok, *, decode: bool, keep_text: bool,
     with log.progress() as bar:
         task = bar.add_task("decode" if decode else "encode", total=None, unit=" records")
         if jobs <= 1:
-            _init_worker(tok.to_bytes(), tok.meta, name, decode, keep_text, os.cpu_count() or 1, log.is_quiet())
+            _init_worker(tok.to_bytes(), tok.meta, name, decode, keep_text, os.cpu_count() or 1, not log.is_verbose())
             for chunk in _chunks(source):
                 emit(_work(chunk))
             return stats

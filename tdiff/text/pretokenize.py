@@ -34,7 +34,7 @@ _jieba_ready = False
 def init_jieba(quiet: bool | None = None) -> None:
     """Load jieba once per process; its dictionary cache goes to tdiff's cache folder.
 
-    jieba's own log lines reach stderr unless QUIET (default: tdiff's --quiet).
+    jieba's start-up lines reach stderr only with --verbose (QUIET None: tdiff's setting).
     """
     global _jieba_ready
     if _jieba_ready:
@@ -46,7 +46,7 @@ def init_jieba(quiet: bool | None = None) -> None:
     if quiet is None:
         from tdiff import log
 
-        quiet = log.is_quiet()
+        quiet = not log.is_verbose()
 
     jieba.setLogLevel(logging.WARNING if quiet else logging.DEBUG)
     d = cache_dir()

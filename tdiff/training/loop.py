@@ -521,6 +521,9 @@ class Trainer:
         elapsed0, progress0 = self.elapsed, self.progress
         nonfinite = 0
         self._win_tokens, self._win_t = 0, time.time()
+        bar_cm = log.progress()                    # a bar on a terminal (rank 0 only: others are quiet)
+        bar = bar_cm.__enter__()
+        task = bar.add_task("train", total=cfg.max_steps, completed=self.step, unit=" steps")
         try:
             self.model.train()
             while self.step < cfg.max_steps and not self._agreed_stop(t_start):
@@ -539,6 +542,7 @@ class Trainer:
                 self.elapsed = elapsed0 + time.time() - t_start
                 self.last_metrics = {"loss": res.loss, **res.metrics}
                 self.log_step(res, logf)
+                bar.update(task, completed=self.step, description=f"train  loss {res.loss:.4f}")
                 self.maybe_checkpoint()
             if not self.save_checkpoint() and not self.weights_finite():
                 raise TdiffError(f"training diverged: the weights are not finite after step {self.step}; "
@@ -557,6 +561,7 @@ class Trainer:
             raise TdiffError(f"rank {self.rank}: another process of this run stopped ({str(e).splitlines()[0][:160]}); "
                              f"{kept}; rerun with --resume") from None
         finally:
+            bar_cm.__exit__(None, None, None)
             for s, h in old.items():
                 signal.signal(s, h)
             if logf:
