@@ -85,3 +85,29 @@ def test_missing_matplotlib_names_the_extra(tmp_path):
 
     r = subprocess.run([sys.executable, "-c", code], capture_output=True)
     assert r.returncode == 2 and b"pip install 'tdiff[plot]'" in r.stderr
+
+
+def test_eval_every_logs_heldout_figures_without_changing_training(work, tmp_path):
+    """--eval-every: held-out figures of the EMA weights in the log at those steps; the trained weights
+    are those of a run without it (the evaluation swaps the EMA weights in and back, and every
+    micro-batch reseeds its own random streams)."""
+    from safetensors.torch import load_file
+
+    def train(name, *extra):
+        out = tmp_path / f"{name}.safetensors"
+        r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out,
+                       "--max-steps", "4", "--batch-size", "8", "--log-every", "1", "--log", tmp_path / f"{name}.jsonl",
+                       "--preset", "tiny", "--device", "cpu", "-q", *extra])
+        assert r.returncode == 0, r.stderr.decode()
+        return out, [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+
+    plain, plain_log = train("plain")
+    watched, log = train("watched", "--eval-every", "2")
+    assert [("heldout_loss" in r) for r in log] == [False, True, False, True]
+    assert all(0 < r["heldout_loss"] < 10 for r in log if "heldout_loss" in r)
+    assert [r["loss"] for r in log] == [r["loss"] for r in plain_log]
+    a, b = load_file(str(plain)), load_file(str(watched))
+    assert all((a[k] == b[k]).all() for k in a)
+    out = tmp_path / "held.png"
+    r = run_tdiff(["plot", tmp_path / "watched.jsonl", "-o", out, "-q"])
+    assert r.returncode == 0 and out.stat().st_size > 10_000

@@ -284,7 +284,9 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
         trainer = Trainer(module, step_fn, replace(per_round, seed=dc.loop.seed + r), device,   # own streams per round
                           ckpt_path=ckpt_path, log_path=log_path,
                           fingerprint=fingerprint, clip_groups={"grad_norm": student_dit.parameters()},
-                          generators={"noise": gen}, frozen=frozen)
+                          generators={"noise": gen}, frozen=frozen,
+                          evaluate=lambda loss_fn=loss_fn: {} if held_lat is None else
+                          {"heldout_loss": _heldout(loss_fn, held_lat, dc.loop.seed, device)})
         resumed = resume and r == start and trainer.resume()
         if not resumed and r > 0:
             trainer.save_checkpoint()      # the round's teacher is on disk before its first step

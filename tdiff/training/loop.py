@@ -67,6 +67,9 @@ class LoopConfig:
     log_every: int = field(default=50, metadata=_opt("--log-every", "Log metrics every N steps.", min=1))
     ckpt_every: int = field(default=500, metadata=_opt(
         "--ckpt-every", "Write the training checkpoint every N steps (0: only at the end).", min=0))
+    eval_every: int = field(default=0, metadata=_opt(
+        "--eval-every", "Measure the held-out loss with the EMA weights every N steps and log it (heldout_* "
+        "fields of the metrics log; 0: only the final figure in the summary).", min=0))
     min_lr_ratio: float = 0.1       # the cosine decay's floor, as a share of --lr
     dtype: str = "fp32"             # autocast: the command's --dtype
     seed: int = 0                   # the command's --seed
@@ -139,11 +142,15 @@ class Trainer:
     the step function reads but nothing trains (a distillation round's teacher): saved in every
     checkpoint and restored by `resume`, neither optimized nor averaged. AFTER_STEP(trainer) runs
     on every rank after each update (e.g. a statistic gathered from all ranks' micro-batches).
+    EVALUATE() -> {name: float} measures held-out figures of the model as it is; every
+    cfg.eval_every steps the trainer runs it with the EMA weights swapped in (every rank alike) and
+    logs the figures in that step's record.
     """
 
     def __init__(self, model, step_fn: Callable, cfg: LoopConfig, device, ckpt_path=None,
                  log_path=None, fingerprint: dict | None = None, clip_groups: dict | None = None,
-                 generators: dict | None = None, frozen: dict | None = None, after_step: Callable | None = None):
+                 generators: dict | None = None, frozen: dict | None = None, after_step: Callable | None = None,
+                 evaluate: Callable | None = None):
         import torch
 
         from tdiff.seeds import MICRO_STREAMS
@@ -158,6 +165,7 @@ class Trainer:
         if len(generators or {}) >= MICRO_STREAMS:
             raise ValueError(f"at most {MICRO_STREAMS - 1} named generators")
         self.after_step = after_step
+        self.evaluate = evaluate
         self._ddp = None
         self.model, self.step_fn, self.cfg, self.device = model, step_fn, cfg, device
         self.ckpt_path = Path(ckpt_path) if ckpt_path else None
@@ -332,6 +340,25 @@ class Trainer:
                 else:
                     e.copy_(v)
 
+    def held_out(self) -> dict:
+        """EVALUATE() with the EMA weights in the model (the weights that are saved), then the training
+        weights back; {} without an evaluate function."""
+        import torch
+
+        if self.evaluate is None:
+            return {}
+        live = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        was_training = self.model.training
+        try:
+            if self.ema is not None:
+                self.model.load_state_dict({k: v.to(live[k].dtype) for k, v in self.ema.items()})
+            self.model.eval()
+            with torch.no_grad():
+                return {k: float(v) for k, v in self.evaluate().items()}
+        finally:
+            self.model.load_state_dict(live)
+            self.model.train(was_training)
+
     def ema_state_dict(self) -> dict:
         return self.ema if self.ema is not None else {k: v.detach() for k, v in self.model.state_dict().items()}
 
@@ -472,19 +499,23 @@ class Trainer:
     def log_step(self, res: StepResult, logf=None) -> None:
         """Every cfg.log_every steps (and the first and last): a metrics record to LOGF and a line on stderr."""
         cfg = self.cfg
-        if self.rank != 0 or not (self.step % cfg.log_every == 0 or self.step == 1 or self.step == cfg.max_steps):
+        due = cfg.eval_every > 0 and self.step % cfg.eval_every == 0 and self.evaluate is not None
+        held = self.held_out() if due else {}          # every rank (the model may hold collectives' state)
+        if self.rank != 0 or not (due or self.step % cfg.log_every == 0 or self.step == 1 or
+                                  self.step == cfg.max_steps):
             return
         now = time.time()
         rec = {"step": self.step, "loss": round(res.loss, 6), "lr": res.lr,
                **{k: round(v, 4) for k, v in res.grad_norms.items()},
                "tokens_per_s": round(self._win_tokens / max(1e-9, now - self._win_t), 1),
                "elapsed_s": round(self.elapsed, 2),
-               **{k: round(v, 6) for k, v in res.metrics.items()}}
+               **{k: round(v, 6) for k, v in res.metrics.items()},
+               **{k: round(v, 6) for k, v in held.items()}}
         self._win_tokens, self._win_t = 0, now
         if logf:
             logf.write(json.dumps(rec) + "\n")
             logf.flush()
-        extra = " ".join(f"{k} {v:.4g}" for k, v in res.metrics.items())
+        extra = " ".join(f"{k} {v:.4g}" for k, v in {**res.metrics, **held}.items())
         log.info(f"step {self.step:>6}  loss {res.loss:.4f}  {extra}  lr {res.lr:.2e}  "
                  f"{rec['tokens_per_s']:.0f} tok/s  {self.elapsed:.0f}s")
 

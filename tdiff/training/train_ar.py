@@ -11,6 +11,7 @@ weights are the EMA weights; held-out perplexity is measured with them.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -125,8 +126,16 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
         out = model(input_ids=ids, attention_mask=mask.long(), labels=labels, use_cache=False)
         return out.loss, {}, int((labels != -100).sum())
 
+    def evaluate():
+        """--eval-every: the mean held-out loss per token (nats; its exp is the perplexity) on at most
+        256 held-out sequences."""
+        if not held.seqs:
+            return {}
+        ppl, _, _ = heldout_perplexity(model, held.seqs[:256], max_len, device, batch_size=max(tc.batch_size, 32))
+        return {"heldout_loss": math.log(ppl)}
+
     trainer = Trainer(model, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path,
-                      fingerprint=fingerprint)
+                      fingerprint=fingerprint, evaluate=evaluate)
     if resume:
         trainer.resume()
     summary = trainer.run()

@@ -58,6 +58,9 @@ def _denoiser_module(dit, schedule, warp=None):
     return m
 
 
+EVAL_SEQS = 256          # held-out sequences of the periodic figure (--eval-every); the final one takes all
+
+
 def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, device, ckpt_path: Path,
               log_path=None, resume=False) -> dict:
     import torch
@@ -154,9 +157,19 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
         for t_k, p_k in all_gather(local):                              # (grad_accum, 2, B) in micro order
             warp.update(t_k, p_k)
 
+    watch = encode_latents(vae, held.seqs[:EVAL_SEQS], vcfg.max_len, tok.pad_id, device) if held.seqs else None
+
+    def evaluate():
+        """--eval-every: the held-out denoising loss on (at most EVAL_SEQS of) the held-out split,
+        fixed draws."""
+        if watch is None:
+            return {}
+        g = generator(tc.loop.seed, 1, "eval", device)
+        return {"heldout_loss": mean_denoising_loss(module.dit, module.schedule, watch, target=tc.target, generator=g)}
+
     trainer = Trainer(module, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path,
                       fingerprint=fingerprint, clip_groups=clip_groups, generators={"noise": gen},
-                      after_step=update_warp)
+                      after_step=update_warp, evaluate=evaluate)
     if resume:
         trainer.resume()
     summary = trainer.run()

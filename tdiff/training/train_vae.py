@@ -153,7 +153,18 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
         metrics["align_cos"] = 1 - a.item()
         return out["loss"] + tc.align_weight * a, metrics, ids.numel()
 
-    trainer = Trainer(module, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path, fingerprint=fingerprint)
+    watch = D.pad_batch(held.seqs[:256], max_len, tok.pad_id).to(device) if held.seqs else None   # (≤256, L)
+
+    def evaluate():
+        """--eval-every: reconstruction loss and token accuracy of the posterior means on (at most 256
+        of) the held-out sequences."""
+        if watch is None:
+            return {}
+        out = vae(watch, beta=0.0, sample=False)
+        return {"heldout_rec": out["rec"], "heldout_acc": out["acc"]}
+
+    trainer = Trainer(module, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path, fingerprint=fingerprint,
+                      evaluate=evaluate)
     if resume:
         trainer.resume()
     summary = trainer.run()
