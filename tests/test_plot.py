@@ -96,7 +96,8 @@ def test_eval_every_logs_heldout_figures_without_changing_training(work, tmp_pat
     def train(name, *extra):
         out = tmp_path / f"{name}.safetensors"
         r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out,
-                       "--max-steps", "4", "--batch-size", "8", "--log-every", "1", "--log", tmp_path / f"{name}.jsonl",
+                       "--max-steps", "4", "--batch-size", "8", "--warmup", "0", "--lr", "1e-3", "--log-every", "1",
+                       "--log", tmp_path / f"{name}.jsonl",
                        "--preset", "tiny", "--device", "cpu", "-q", *extra])
         assert r.returncode == 0, r.stderr.decode()
         return out, [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
@@ -107,7 +108,10 @@ def test_eval_every_logs_heldout_figures_without_changing_training(work, tmp_pat
     assert all(0 < r["heldout_loss"] < 10 for r in log if "heldout_loss" in r)
     assert [r["loss"] for r in log] == [r["loss"] for r in plain_log]
     a, b = load_file(str(plain)), load_file(str(watched))
-    assert all((a[k] == b[k]).all() for k in a)
+    # the same weights: bit for bit in our runs; the tolerance is this VM's rare few-ulp wobble of the same
+    # fp32 command (docs/NOTES.md), far below what other random draws do (another --seed: 0.36)
+    worst = max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+    assert worst <= 1e-6, worst
     out = tmp_path / "held.png"
     r = run_tdiff(["plot", tmp_path / "watched.jsonl", "-o", out, "-q"])
     assert r.returncode == 0 and out.stat().st_size > 10_000
