@@ -190,6 +190,8 @@ OPTION_CASES = [
     (["train-vae", "--grad-accum", "0"], "--grad-accum"),
     (["train-vae", "--batch-size", "-3"], "--batch-size"),
     (["train", "--cond-prob", "5"], "--cond-prob"),
+    (["train", "--eval-every", "-1"], "--eval-every"),
+    (["sample", "--dtype", "fp8"], "--dtype"),
     (["sample", "--temperature", "nan"], "--temperature"),
     (["sample", "--temperature", "-1"], "--temperature"),
     (["sample", "--solver", "ddim", "--eta", "-3"], "--eta"),

@@ -157,15 +157,18 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
         for t_k, p_k in all_gather(local):                              # (grad_accum, 2, B) in micro order
             warp.update(t_k, p_k)
 
-    watch = encode_latents(vae, held.seqs[:EVAL_SEQS], vcfg.max_len, tok.pad_id, device) if held.seqs else None
+    watch = []                         # held-out latents of --eval-every, encoded at its first use
 
     def evaluate():
         """--eval-every: the held-out denoising loss on (at most EVAL_SEQS of) the held-out split,
         fixed draws."""
-        if watch is None:
+        if not held.seqs:
             return {}
+        if not watch:
+            watch.append(encode_latents(vae, held.seqs[:EVAL_SEQS], vcfg.max_len, tok.pad_id, device))
         g = generator(tc.loop.seed, 1, "eval", device)
-        return {"heldout_loss": mean_denoising_loss(module.dit, module.schedule, watch, target=tc.target, generator=g)}
+        return {"heldout_loss": mean_denoising_loss(module.dit, module.schedule, watch[0], target=tc.target,
+                                                    generator=g)}
 
     trainer = Trainer(module, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path,
                       fingerprint=fingerprint, clip_groups=clip_groups, generators={"noise": gen},
