@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from tdiff.errors import DataError, NoInputError, UsageError
+from tdiff.errors import DataError, NoInputError, TdiffError, UsageError
 from tdiff.seeds import derive_seed
 
 FORMAT = 1
@@ -69,6 +69,24 @@ def write_transformers_tokenizer(directory, tok, model_max_length: int) -> None:
         (Path(tmp) / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
         fast = AutoTokenizer.from_pretrained(tmp)
         fast.save_pretrained(str(directory))
+
+
+def check_transformers_tokenizer(tok) -> None:
+    """Convert TOK for AutoTokenizer into a scratch folder, before training: a transformers release
+    that cannot convert it (a missing converter dependency, a changed API) fails in a second, not
+    after the training. TdiffError naming the cause; nothing is kept."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tok.save(Path(tmp) / TOKENIZER_FILE)
+        try:
+            write_transformers_tokenizer(tmp, tok, MAX_POSITIONS)
+        except Exception as e:
+            import transformers
+
+            raise TdiffError(f"transformers {transformers.__version__} cannot convert the tokenizer for "
+                             f"AutoTokenizer ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); "
+                             "install the versions in constraints.txt (make install)") from None
 
 
 def make_config(vocab_size: int, n_positions: int, preset: str = "tiny", n_layer: int = 0, n_embd: int = 0,

@@ -50,8 +50,9 @@ class Artifact:
 def save_artifact(path, tensors: dict, kind: str, config: dict, train: dict | None = None,
                   tokenizer: bytes | None = None, tokenizer_meta: dict | None = None,
                   extra: dict | None = None) -> None:
-    """Write tensors and metadata to PATH atomically (temp file + rename)."""
-    from safetensors.torch import save_file
+    """Write tensors and metadata to PATH atomically (temp file + rename); a device or FIFO at PATH
+    is written through, never replaced."""
+    from safetensors.torch import save
 
     assert kind in KINDS, kind
     meta = {
@@ -68,8 +69,10 @@ def save_artifact(path, tensors: dict, kind: str, config: dict, train: dict | No
     # safetensors wants contiguous, non-shared tensors
     clean = {k: v.detach().contiguous().clone() if _shares(v, tensors, k) else v.detach().contiguous()
              for k, v in tensors.items()}
+    data = save(clean, metadata=meta)          # bytes: safetensors' save_file would replace a device or FIFO
     with atomic_path(path) as tmp:
-        save_file(clean, str(tmp), metadata=meta)
+        with open(tmp, "wb") as f:
+            f.write(data)
 
 
 def _shares(v, tensors, key) -> bool:

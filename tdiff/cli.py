@@ -73,7 +73,8 @@ def _invoke(argv):
     exit 1 before we can see it, and `tdiff … | head` must exit 0."""
     cmd = typer.main.get_command(app)
     try:
-        with cmd.make_context("tdiff", list(sys.argv[1:] if argv is None else argv)) as ctx:
+        args = list(sys.argv[1:] if argv is None else argv)
+        with cmd.make_context("tdiff", args, obj={"argv": args}) as ctx:
             return cmd.invoke(ctx)
     except typer.Exit as e:  # --help, --version, --dump-config
         return e.exit_code

@@ -60,3 +60,12 @@ class Interrupted(TdiffError):
         import signal
 
         super().__init__(message, EXIT_SIGTERM if signum == signal.SIGTERM else EXIT_SIGINT)
+
+
+class AfterTrainingError(TdiffError):
+    """A step after training failed (held-out figures, writing the output, a conversion) while the
+    trained weights are safe in CHECKPOINT. The command layer adds the command that finishes the job."""
+
+    def __init__(self, message: str, checkpoint, exit_code: int = EXIT_FAILURE):
+        super().__init__(message, exit_code)
+        self.checkpoint = checkpoint

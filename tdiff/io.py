@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
-from tdiff.errors import DataError, NoInputError, OutputError
+from tdiff.errors import DataError, NoInputError, OutputError, UsageError
 
 
 def is_std(path) -> bool:
@@ -107,32 +107,39 @@ def parse_json(line: str, n: int, name: str, strict: bool = True, stats: DecodeS
     if not isinstance(rec, dict):
         raise DataError(f"{name}:{n}: expected a JSON object, got {type(rec).__name__}")
     if "\\u" in line:  # only a \u escape can make a lone surrogate (not valid Unicode)
-        fixed = _repair_surrogates(rec)
-        if fixed is not rec:
+        fixed = _repair_surrogates(line)
+        if fixed is not line:
             if strict:
                 raise DataError(f"{name}:{n}: a string holds a lone surrogate escape (\\ud800–\\udfff), "
                                 "which is not valid Unicode")
-            rec = fixed
+            rec = json.loads(fixed)
             if stats is not None:
                 stats.bad_lines += 1
                 stats.first_bad_line = stats.first_bad_line or n
     return rec
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# Every escape of a JSON text, as one unit, so that "\\\\ud800" (an escaped backslash, then text) is
+# not taken for an escape: a surrogate pair, a lone surrogate, or any other escape.
+_ESCAPE = re.compile(r"(\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                     r"|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})|\\u[0-9a-fA-F]{4}|\\.")
 
 
-def _repair_surrogates(v):
-    """V with lone surrogates in its strings replaced by U+FFFD; V itself when it has none."""
-    if isinstance(v, str):
-        return _SURROGATE.sub("\ufffd", v) if _SURROGATE.search(v) else v
-    if isinstance(v, list):
-        new = [_repair_surrogates(x) for x in v]
-        return v if all(a is b for a, b in zip(new, v)) else new
-    if isinstance(v, dict):
-        new = {_repair_surrogates(k): _repair_surrogates(x) for k, x in v.items()}
-        return v if all(a is b for a, b in zip(new.values(), v.values())) and list(new) == list(v) else new
-    return v
+def _repair_surrogates(line: str) -> str:
+    """The JSON text LINE with every lone surrogate escape (\\ud800–\\udfff not in a valid pair)
+    written as \\ufffd; LINE itself when it has none. Works on the text, not the parsed value, so
+    nesting depth costs nothing (no recursion)."""
+    found = False
+
+    def fix(m):
+        nonlocal found
+        if m.group(2) is None:
+            return m.group(0)
+        found = True
+        return "\\ufffd"
+
+    fixed = _ESCAPE.sub(fix, line)
+    return fixed if found else line
 
 
 def require_field(rec: dict, field: str, kind, name: str, lineno: int):
@@ -159,10 +166,17 @@ def _umask() -> int:
     return umask
 
 
-def _write_target(path) -> Path:
-    """Where writing PATH really goes: a symlink's final target (the link itself stays)."""
+def _write_target(path, option: str = "-o/--output") -> Path:
+    """Where writing PATH really goes: a symlink's final target (the link itself stays).
+    A dangling or looping symlink is an OutputError (exit 73): nothing to write through to."""
     path = Path(path)
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
+    if not path.is_symlink():
+        return path
+    try:
+        return Path(os.path.realpath(path, strict=True))
+    except (OSError, RuntimeError):
+        raise OutputError(f"{option} '{path}' is a symlink that leads nowhere (dangling, or a loop); "
+                          "remove it or give another name") from None
 
 
 def _is_special(path: Path) -> bool:
@@ -222,11 +236,13 @@ def check_output(path, option: str = "-o/--output", directory: bool = False) -> 
     """Fail before any work when PATH cannot be written: OutputError (exit 73) naming OPTION.
 
     A directory (for a file output), a regular file (for a DIRECTORY output), a read-only
-    folder, or a place no file can be made (/proc/x) are refused; a device or FIFO is fine
-    (written through); stdout ('-') is always fine. Stale temp files of PATH are removed."""
+    folder, a dangling or looping symlink, or a place no file can be made (/proc/x, under a
+    file) are refused; a device or FIFO is fine (written through); stdout ('-') is always fine.
+    Nothing is created: missing parent folders are made only when the output is written.
+    Stale temp files of PATH are removed."""
     if is_std(path):
         return
-    target = _write_target(path)
+    target = _write_target(path, option)
     if directory:
         if target.exists() and not target.is_dir():
             raise OutputError(f"{option} '{path}' exists and is not a directory")
@@ -235,14 +251,45 @@ def check_output(path, option: str = "-o/--output", directory: bool = False) -> 
     elif _is_special(target):
         return
     parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent                 # the nearest folder that exists: probe there
+    if not parent.is_dir():
+        raise OutputError(f"{option} '{path}': cannot write there ('{parent}' is not a directory)")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=f"{_temp_prefix(target)}{os.getpid()}.", suffix=".tmp", dir=parent)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
         raise OutputError(f"{option} '{path}': cannot write there ({e.strerror or e})") from None
-    remove_stale_temps(target)
+    if parent == target.parent:
+        remove_stale_temps(target)
+
+
+def same_file(a, b) -> bool:
+    """True when paths A and B name one file: the same inode (hard links, symlinks, ./x and x), or, for
+    a file that does not exist yet, the same resolved path. stdin/stdout ('-') is never the same file."""
+    if is_std(a) or is_std(b):
+        return False
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+    if not stat.S_ISREG(sa.st_mode) and not stat.S_ISDIR(sa.st_mode):
+        return False                       # /dev/null as two outputs is fine
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def refuse_same_file(inputs: dict, outputs: dict) -> None:
+    """UsageError (exit 2) naming both options when an output would overwrite an input or another
+    output. INPUTS and OUTPUTS map an option's name ('-m/--model') to its path (None: not given).
+    Called before any work, so nothing is written."""
+    outs = [(o, p) for o, p in outputs.items() if p is not None and not is_std(p)]
+    ins = [(o, p) for o, p in inputs.items() if p is not None and not is_std(p)]
+    for i, (oo, op) in enumerate(outs):
+        for io_, ip in ins + outs[:i]:
+            if same_file(op, ip):
+                raise UsageError(f"{oo} '{op}' is the same file as {io_} '{ip}'; "
+                                 "writing it would destroy it (choose another name)")
 
 
 @contextmanager
@@ -252,21 +299,26 @@ def atomic_path(path) -> Iterator[Path]:
     A regular file (or a new one) is written to a temp file beside it, which replaces PATH on
     success and is removed on failure, so an interrupted run never leaves a half-written file.
     A symlink is followed: its target is replaced, the link stays. A device or FIFO (-o
-    /dev/null, a named pipe) is written in place: there is nothing to replace atomically.
-    The new file gets the mode the user's umask gives any new file."""
+    /dev/null, a named pipe) is written in place: there is nothing to replace atomically; a
+    writer must then write the path itself (no temp file of its own). A file that is rewritten
+    keeps its mode (a 0600 file stays 0600); a new file gets the mode the user's umask gives."""
     target = _write_target(path)
     if target.is_dir():
         raise OutputError(f"output '{path}' is a directory; give a file name")
     if _is_special(target):
         yield target
         return
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)    # a file being rewritten keeps its mode
+    except OSError:
+        mode = 0o666 & ~_umask()                         # a new file: what the umask gives
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(target)}{os.getpid()}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(tmp)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())  # after writing: a writer may recreate the file (0600)
+        os.chmod(tmp, mode)               # after writing: a writer may recreate the file (0600)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -122,6 +122,19 @@ def _check_finite(ctx: typer.Context) -> None:
             raise UsageError(f"{flag}: {v} is not a finite number")
 
 
+# The parameters that name input files (any command): an output may not be one of them.
+INPUT_PARAMS = ("input", "model", "tokenizer", "vae", "align", "encoder", "data", "judge", "real", "references",
+                "samples", "train")
+
+
+def _flag(ctx: typer.Context, name: str) -> str:
+    """PARAM's flags as the user writes them, e.g. '-m/--model'."""
+    for p in ctx.command.params:
+        if p.name == name:
+            return "/".join(sorted(p.opts, key=len))
+    return name
+
+
 def start(ctx: typer.Context) -> None:
     """Handle --dump-config and --quiet; call first in every command."""
     from tdiff.training import distributed
@@ -131,8 +144,10 @@ def start(ctx: typer.Context) -> None:
     log.set_quiet(bool(params.get("quiet", False)) or not main)
     _check_finite(ctx)
     if params.get("output") is not None and not params.get("dump_config") and main:
-        from tdiff.io import check_output
+        from tdiff.io import check_output, refuse_same_file
 
+        refuse_same_file({_flag(ctx, n): params.get(n) for n in INPUT_PARAMS if isinstance(params.get(n), (str, Path))},
+                         {"-o/--output": params["output"]})
         check_output(params["output"], "-o/--output", directory=ctx.info_name in ("train-ar", "export"))
     if params.get("dump_config"):
         import yaml

@@ -11,6 +11,7 @@ the decorator fills in.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import typing
@@ -22,6 +23,7 @@ import typer
 
 from tdiff import choices
 from tdiff.commands import common
+from tdiff.errors import AfterTrainingError
 from tdiff.training.loop import LoopConfig, option_fields, option_name
 
 
@@ -90,6 +92,10 @@ def _shared_options(d: dict) -> list:
     return out
 
 
+# Input files of the training commands, by parameter name: none may also be an output.
+_INPUT_OPTIONS = {"tokenizer": "-t/--tokenizer", "vae": "--vae", "model": "-m/--model", "align": "--align",
+                  "encoder": "--encoder"}
+
 _LOOP_NAMES = {option_name(f): f.name for f in option_fields()}     # option → LoopConfig field
 
 
@@ -129,14 +135,29 @@ def training_command(exclude: tuple = (), **defaults):
             if not distributed.is_main():
                 log.set_quiet(True)                             # rank 0 reports; warnings and errors still show
             try:
+                world = distributed.world_size()
+                bs, accum = distributed.share_out(run.batch_size, loop.grad_accum, world)
+                if (bs, accum) != (run.batch_size, loop.grad_accum):
+                    log.info(f"{world} processes: each batch of {run.batch_size * loop.grad_accum} is shared out as "
+                             f"{accum} micro-batches of {bs} (the run that one process makes with "
+                             f"--batch-size {bs} --grad-accum {accum})")
+                    run.batch_size, run.loop = bs, dataclasses.replace(loop, grad_accum=accum)
                 if "output" in kw and not kw["dump_config"] and distributed.is_main():
-                    from tdiff.io import check_output
+                    from tdiff.io import check_output, refuse_same_file
 
-                    check_output(kw["output"], "-o/--output", directory=ctx.info_name == "train-ar")
-                    check_output(run.checkpoint_for(Path(kw["output"])), "--checkpoint")
+                    output, ckpt = kw["output"], run.checkpoint_for(Path(kw["output"]))
+                    refuse_same_file({opt: kw.get(name) for name, opt in _INPUT_OPTIONS.items()} | {"-i/--input": run.input},
+                                     {"-o/--output": output, "--checkpoint": ckpt, "--log": run.log})
+                    check_output(output, "-o/--output", directory=ctx.info_name == "train-ar")
+                    check_output(ckpt, "--checkpoint")
+                    if run.log is not None:
+                        check_output(run.log, "--log")
                 for n in ("dtype", "seed", "quiet", "config", "dump_config"):
                     kw.pop(n)
                 return func(ctx, run=run, **kw)
+            except AfterTrainingError as e:
+                raise AfterTrainingError(f"{e}; finish the job with: {resume_command(ctx, e.checkpoint)}",
+                                         e.checkpoint, e.exit_code) from None
             finally:
                 distributed.teardown()
 
@@ -146,6 +167,23 @@ def training_command(exclude: tuple = (), **defaults):
         return wrapper
 
     return wrap
+
+
+def resume_command(ctx, checkpoint) -> str:
+    """The command line that was run, with --resume (and --checkpoint, so that another -o still finds
+    it): after a failure past training it reloads the final checkpoint, trains no further step and
+    does what is left."""
+    import shlex
+    import sys
+
+    argv = list((ctx.find_root().obj or {}).get("argv") or sys.argv[1:])
+    if argv[:1] == ["--"]:
+        argv = argv[1:]                                   # torchrun … -m tdiff -- train …
+    if "--checkpoint" not in argv and not any(a.startswith("--checkpoint=") for a in argv):
+        argv += ["--checkpoint", str(checkpoint)]
+    if "--resume" not in argv:
+        argv.append("--resume")
+    return shlex.join(["tdiff", *argv])
 
 
 def log_summary(summary: dict) -> None:

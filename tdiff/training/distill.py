@@ -292,32 +292,34 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
             trainer.save_checkpoint()      # the round's teacher is on disk before its first step
         before = _heldout(loss_fn, held_lat, dc.loop.seed, device) if held_lat is not None else None
         summary = trainer.run()
-        ema = trainer.ema_state_dict()
-        student_dit.load_state_dict({k[4:]: v for k, v in ema.items() if k.startswith("dit.")})
-        after = _heldout(loss_fn, held_lat, dc.loop.seed, device) if held_lat is not None else None
-        rec = {"round": r + 1, "from_steps": from_steps, "steps": steps, "train_steps": summary["steps"],
-               "elapsed_s": summary["elapsed_s"]}
-        if before is not None:
-            rec.update(heldout_before=round(before, 6), heldout_after=round(after, 6))
-        history.append(rec)
-        log.info(f"distill: round {r + 1}/{n_rounds} ({from_steps} → {steps} steps): {summary['steps']} steps"
-                 + (f", held-out distillation loss {before:.4f} → {after:.4f}" if before is not None else ""))
+        with trainer.finishing(f"round {r + 1}'s held-out figures"):
+            ema = trainer.ema_state_dict()
+            student_dit.load_state_dict({k[4:]: v for k, v in ema.items() if k.startswith("dit.")})
+            after = _heldout(loss_fn, held_lat, dc.loop.seed, device) if held_lat is not None else None
+            rec = {"round": r + 1, "from_steps": from_steps, "steps": steps, "train_steps": summary["steps"],
+                   "elapsed_s": summary["elapsed_s"]}
+            if before is not None:
+                rec.update(heldout_before=round(before, 6), heldout_after=round(after, 6))
+            history.append(rec)
+            log.info(f"distill: round {r + 1}/{n_rounds} ({from_steps} → {steps} steps): {summary['steps']} steps"
+                     + (f", held-out distillation loss {before:.4f} → {after:.4f}" if before is not None else ""))
         teacher_dit = student_dit                       # the EMA student teaches the next round
 
-    tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
-    tensors.update({f"dit.{k}": v.detach() for k, v in teacher_dit.state_dict().items()})
-    tensors.update({f"schedule.{k}": v for k, v in teacher.schedule.state_dict().items()})
-    config = {k: v for k, v in teacher.config.items() if k not in ("timewarp", "student")}
-    config["diffusion"] = student_diff
-    config["student"] = {"method": dc.method, "steps": dc.to_steps, "solver": STUDENT_SOLVER[dc.method],
-                         "time_grid": "uniform", "from_steps": dc.from_steps,
-                         "rounds": student_steps if dc.method == "progressive" else [dc.to_steps],
-                         "teacher": {"file": Path(teacher_path).name, "sha256": teacher_sha}}
-    out = {**summary, "rounds": history}
-    if distributed.is_main():                     # rank 0 writes (torchrun)
-        artifacts.save_artifact(output, tensors, "student", config=config,
-                                train={**out, "seed": dc.loop.seed, "data": ld.data.digest, "config": asdict(dc),
-                                       "teacher_train": teacher.train},
-                                tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
-    log.info(f"distill: wrote {output}")
+    with trainer.finishing(f"writing {output}"):
+        tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
+        tensors.update({f"dit.{k}": v.detach() for k, v in teacher_dit.state_dict().items()})
+        tensors.update({f"schedule.{k}": v for k, v in teacher.schedule.state_dict().items()})
+        config = {k: v for k, v in teacher.config.items() if k not in ("timewarp", "student")}
+        config["diffusion"] = student_diff
+        config["student"] = {"method": dc.method, "steps": dc.to_steps, "solver": STUDENT_SOLVER[dc.method],
+                             "time_grid": "uniform", "from_steps": dc.from_steps,
+                             "rounds": student_steps if dc.method == "progressive" else [dc.to_steps],
+                             "teacher": {"file": Path(teacher_path).name, "sha256": teacher_sha}}
+        out = {**summary, "rounds": history}
+        if distributed.is_main():                     # rank 0 writes (torchrun)
+            artifacts.save_artifact(output, tensors, "student", config=config,
+                                    train={**out, "seed": dc.loop.seed, "data": ld.data.digest, "config": asdict(dc),
+                                           "teacher_train": teacher.train},
+                                    tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
+        log.info(f"distill: wrote {output}")
     return out

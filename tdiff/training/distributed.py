@@ -48,6 +48,26 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def share_out(batch_size: int, grad_accum: int, world: int) -> tuple[int, int]:
+    """(batch_size, grad_accum) of the same global batch whose micro-batches WORLD processes can share
+    equally. When WORLD divides GRAD_ACCUM nothing changes; else each micro-batch is cut into F
+    smaller ones (F = WORLD / gcd(GRAD_ACCUM, WORLD)), e.g. the defaults --batch-size 64 --grad-accum 1
+    on 2 processes become 32 × 2: the same examples per optimizer step, and exactly the run that one
+    process makes with those two options. UsageError when --batch-size cannot be cut in F."""
+    import math
+
+    if grad_accum % world == 0:
+        return batch_size, grad_accum
+    f = world // math.gcd(grad_accum, world)
+    if batch_size % f:
+        from tdiff.errors import UsageError
+
+        raise UsageError(f"--batch-size {batch_size} × --grad-accum {grad_accum} cannot be shared out between "
+                         f"{world} processes: give a --grad-accum that is a multiple of {world}, or a "
+                         f"--batch-size divisible by {f}")
+    return batch_size // f, grad_accum * f
+
+
 def env_is_main() -> bool:
     """is_main() from the launcher's environment alone (RANK), without importing torch: for the
     command layer's start-up, which must stay fast for commands that never load torch."""

@@ -27,13 +27,15 @@ import json
 import math
 import signal
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
 from tdiff import artifacts, log
 from tdiff.choices import LR_DECAYS
-from tdiff.errors import DataError, Interrupted, TdiffError, UsageError
+from tdiff.errors import (EXIT_FAILURE, EXIT_IOERR, AfterTrainingError, DataError, Interrupted, TdiffError,
+                          UsageError)
 from tdiff.training import checkpoints as ck
 
 
@@ -222,8 +224,8 @@ class Trainer:
             return False
         if self._ckpt_step == self.step and self.ckpt_path.exists():
             return True
-        if 0 <= self._ckpt_step <= self._good_step and self.ckpt_path.exists():
-            self._keep_previous()
+        if 0 <= self._ckpt_step <= self._good_step and self.ckpt_path.is_file():
+            self._keep_previous()                          # not for a device or FIFO (--checkpoint /dev/null)
         tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
         if self.ema is not None:
             tensors.update({f"ema.{k}": v for k, v in self.ema.items()})
@@ -274,6 +276,28 @@ class Trainer:
             return f" (the last good checkpoint, step {self._prev_step}, is back in {self.ckpt_path})"
         return f" (the checkpoint {self.ckpt_path} may hold the diverging weights; no earlier good one was kept)"
 
+    @contextmanager
+    def finishing(self, what: str):
+        """The steps after `run` (held-out figures, writing the output, conversions). `run` ends with a
+        checkpoint of the trained weights, so a failure here loses nothing: it becomes an
+        AfterTrainingError naming WHAT failed and the checkpoint that holds the weights (the same
+        exit code as the failure would have had: 73/74 for files, else 1)."""
+        try:
+            yield
+        except (Interrupted, KeyboardInterrupt, SystemExit, AfterTrainingError):
+            raise
+        except Exception as e:
+            code = e.exit_code if isinstance(e, TdiffError) else EXIT_IOERR if isinstance(e, OSError) else EXIT_FAILURE
+            reason = (getattr(e, "strerror", None) or str(e) or type(e).__name__).splitlines()[0][:300]
+            if isinstance(e, OSError) and e.filename:
+                reason += f": {e.filename}"
+            if self.ckpt_path is not None and self.ckpt_path.is_file() and self._ckpt_step == self.step:
+                kept = f"the trained weights are safe in the checkpoint {self.ckpt_path} (step {self.step})"
+            else:
+                kept = "no checkpoint file holds the trained weights (--checkpoint is not a regular file)"
+            raise AfterTrainingError(f"training finished, but {what} failed ({reason}); {kept}",
+                                     self.ckpt_path, code) from e
+
     def discard_previous(self) -> None:
         """Remove the rotated PATH.prev once training has finished well."""
         if self.ckpt_path is not None and self.rank == 0:
@@ -284,6 +308,9 @@ class Trainer:
         import torch
 
         if self.ckpt_path is None or not self.ckpt_path.exists():
+            return False
+        if not self.ckpt_path.is_file():                 # --checkpoint /dev/null: nothing to read back
+            log.warn(f"--resume: the checkpoint {self.ckpt_path} is not a regular file; starting from step 0")
             return False
         art = artifacts.load_artifact(self.ckpt_path, expect="checkpoint", device="cpu")
         info = art.train

@@ -92,7 +92,8 @@ def write_ar_dir(output: Path, model, tok, meta: dict) -> None:
 
 def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, device,
              ckpt_path: Path, log_path=None, resume=False) -> dict:
-    from tdiff.ar import FORMAT, KIND, TOKENIZER_FILE, build_model, heldout_perplexity, make_config
+    from tdiff.ar import (FORMAT, KIND, TOKENIZER_FILE, build_model, check_transformers_tokenizer, heldout_perplexity,
+                         make_config)
     from tdiff.device import seed_everything
     from tdiff.text.tokenizer import Tokenizer
 
@@ -101,6 +102,7 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
     if tc.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
     tok = Tokenizer.load(tokenizer_path, option="-t/--tokenizer")
+    check_transformers_tokenizer(tok)              # a conversion that would fail after training fails now
     data, train, held = D.read_split(input_path, tok.vocab_size, tc.holdout)
     max_len = tc.max_len or auto_max_len(train.seqs)
     config = make_config(tok.vocab_size, max_len, tc.preset, tc.n_layer, tc.n_embd, tc.n_head, tc.dropout,
@@ -139,18 +141,19 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
     if resume:
         trainer.resume()
     summary = trainer.run()
-    model.load_state_dict(trainer.ema_state_dict())
-    model.eval()
-    eval_seqs = held.seqs or train.seqs[:256]
-    ppl, nll, ntok = heldout_perplexity(model, eval_seqs, max_len, device, batch_size=max(tc.batch_size, 32))
-    summary["heldout"] = {"perplexity": round(ppl, 4), "nll_per_token": round(nll / max(1, ntok), 6),
-                          "tokens": ntok, "sequences": len(eval_seqs), "split": "heldout" if held.seqs else "train"}
-    summary["parameters"] = n_params
-    meta = {"format": FORMAT, "kind": KIND, "tokenizer": TOKENIZER_FILE,
-            "train": {**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)}}
-    if distributed.is_main():                     # rank 0 writes (torchrun)
-        write_ar_dir(output, model, tok, meta)
-    if not held.seqs:
-        log.warn("no held-out records (--holdout too small for this data): perplexity measured on training data")
-    log.info(f"train-ar: held-out perplexity {ppl:.3f} ({ntok:,} tokens, {len(eval_seqs):,} sequences); wrote {output}")
+    with trainer.finishing(f"writing {output}"):
+        model.load_state_dict(trainer.ema_state_dict())
+        model.eval()
+        eval_seqs = held.seqs or train.seqs[:256]
+        ppl, nll, ntok = heldout_perplexity(model, eval_seqs, max_len, device, batch_size=max(tc.batch_size, 32))
+        summary["heldout"] = {"perplexity": round(ppl, 4), "nll_per_token": round(nll / max(1, ntok), 6),
+                              "tokens": ntok, "sequences": len(eval_seqs), "split": "heldout" if held.seqs else "train"}
+        summary["parameters"] = n_params
+        meta = {"format": FORMAT, "kind": KIND, "tokenizer": TOKENIZER_FILE,
+                "train": {**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)}}
+        if distributed.is_main():                     # rank 0 writes (torchrun)
+            write_ar_dir(output, model, tok, meta)
+        if not held.seqs:
+            log.warn("no held-out records (--holdout too small for this data): perplexity measured on training data")
+        log.info(f"train-ar: held-out perplexity {ppl:.3f} ({ntok:,} tokens, {len(eval_seqs):,} sequences); wrote {output}")
     return summary

@@ -176,33 +176,34 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     if resume:
         trainer.resume()
     summary = trainer.run()
-    # held-out denoising loss with the EMA weights
-    ema = trainer.ema_state_dict()
-    eval_mod = _denoiser_module(DiT(dit.config), make_schedule(**schedule.config()),
-                                TimeWarp(**warp.config()) if warp is not None else None).to(device)
-    eval_mod.load_state_dict(ema)
-    if held.seqs:
-        hl = encode_latents(vae, held.seqs, vcfg.max_len, tok.pad_id, device)
-        g2 = generator(tc.loop.seed, 0, "eval", device)
-        with torch.no_grad():
-            loss = mean_denoising_loss(eval_mod.dit, eval_mod.schedule, hl, target=tc.target, generator=g2)
-        summary["heldout_loss"] = round(loss, 6)
-    tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
-    tensors.update({f"dit.{k}": v for k, v in module.dit.state_dict().items()})
-    tensors.update({f"dit_ema.{k[4:]}": v for k, v in ema.items() if k.startswith("dit.")})
-    tensors.update({f"schedule.{k[9:]}": v for k, v in ema.items() if k.startswith("schedule.")})
-    config = {"vae": vcfg.to_dict(), "dit": dit.config.to_dict(), "schedule": schedule.config(),
-              "diffusion": {"target": tc.target, "self_condition": tc.self_condition,
-                            "known_spans": tc.cond_prob > 0, "cond_prob": tc.cond_prob}}
-    if label_names:
-        config["labels"] = {"field": tc.label_field, "names": label_names}
-    if warp is not None:                     # the measured error curve (raw, not EMA-averaged)
-        tensors.update({f"timewarp.{k}": v for k, v in warp.state_dict().items()})
-        config["timewarp"] = warp.config()
-    if distributed.is_main():                     # rank 0 writes (torchrun)
-        artifacts.save_artifact(output, tensors, "model", config=config,
-                         train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc),
-                                "vae_train": vae_art.train},
-                         tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
-    log.info(f"train: wrote {output}")
+    with trainer.finishing(f"writing {output}"):
+        # held-out denoising loss with the EMA weights
+        ema = trainer.ema_state_dict()
+        eval_mod = _denoiser_module(DiT(dit.config), make_schedule(**schedule.config()),
+                                    TimeWarp(**warp.config()) if warp is not None else None).to(device)
+        eval_mod.load_state_dict(ema)
+        if held.seqs:
+            hl = encode_latents(vae, held.seqs, vcfg.max_len, tok.pad_id, device)
+            g2 = generator(tc.loop.seed, 0, "eval", device)
+            with torch.no_grad():
+                loss = mean_denoising_loss(eval_mod.dit, eval_mod.schedule, hl, target=tc.target, generator=g2)
+            summary["heldout_loss"] = round(loss, 6)
+        tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
+        tensors.update({f"dit.{k}": v for k, v in module.dit.state_dict().items()})
+        tensors.update({f"dit_ema.{k[4:]}": v for k, v in ema.items() if k.startswith("dit.")})
+        tensors.update({f"schedule.{k[9:]}": v for k, v in ema.items() if k.startswith("schedule.")})
+        config = {"vae": vcfg.to_dict(), "dit": dit.config.to_dict(), "schedule": schedule.config(),
+                  "diffusion": {"target": tc.target, "self_condition": tc.self_condition,
+                                "known_spans": tc.cond_prob > 0, "cond_prob": tc.cond_prob}}
+        if label_names:
+            config["labels"] = {"field": tc.label_field, "names": label_names}
+        if warp is not None:                     # the measured error curve (raw, not EMA-averaged)
+            tensors.update({f"timewarp.{k}": v for k, v in warp.state_dict().items()})
+            config["timewarp"] = warp.config()
+        if distributed.is_main():                     # rank 0 writes (torchrun)
+            artifacts.save_artifact(output, tensors, "model", config=config,
+                             train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc),
+                                    "vae_train": vae_art.train},
+                             tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
+        log.info(f"train: wrote {output}")
     return summary

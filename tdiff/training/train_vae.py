@@ -168,17 +168,18 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
     if resume:
         trainer.resume()
     summary = trainer.run()
-    ema = trainer.ema_state_dict()
-    vae.load_state_dict({k[4:]: v for k, v in ema.items() if k.startswith("vae.")} if align is not None else ema)
-    mean, std = latent_stats(vae, train.seqs, max_len, tok.pad_id, device)
-    vae.set_latent_stats(mean.to(device), std.to(device))
-    metrics = reconstruction_metrics(vae, held.seqs or train.seqs[:256], max_len, tok.pad_id, device)
-    summary["heldout"] = metrics
-    tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
-    if distributed.is_main():                     # rank 0 writes (torchrun)
-        artifacts.save_artifact(output, tensors, "vae", config={"vae": vae.config.to_dict()},
-                         train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)},
-                         tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
-    log.info(f"train-vae: held-out token accuracy {metrics['token_accuracy']:.4f}, exact match "
-             f"{metrics['exact_match']:.4f} on {metrics['sequences']} sequences; wrote {output}")
+    with trainer.finishing(f"writing {output}"):
+        ema = trainer.ema_state_dict()
+        vae.load_state_dict({k[4:]: v for k, v in ema.items() if k.startswith("vae.")} if align is not None else ema)
+        mean, std = latent_stats(vae, train.seqs, max_len, tok.pad_id, device)
+        vae.set_latent_stats(mean.to(device), std.to(device))
+        metrics = reconstruction_metrics(vae, held.seqs or train.seqs[:256], max_len, tok.pad_id, device)
+        summary["heldout"] = metrics
+        tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
+        if distributed.is_main():                     # rank 0 writes (torchrun)
+            artifacts.save_artifact(output, tensors, "vae", config={"vae": vae.config.to_dict()},
+                             train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)},
+                             tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
+        log.info(f"train-vae: held-out token accuracy {metrics['token_accuracy']:.4f}, exact match "
+                 f"{metrics['exact_match']:.4f} on {metrics['sequences']} sequences; wrote {output}")
     return summary
