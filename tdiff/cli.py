@@ -66,12 +66,40 @@ def _on_sigterm(signum, frame):
     raise _Terminated()
 
 
+def _strict_numbers(cmd) -> None:
+    """Every int or float option of every subcommand, on the command line or from --config's YAML,
+    refuses a boolean (YAML `true` is not 1) and a float option refuses nan and ±inf, each with its
+    own reason ("not a finite number"), before any range check runs."""
+    import math
+    import types
+
+    def process_value(self, ctx, value, _orig=None):
+        kind = self.type_descriptor.annotation
+        if isinstance(value, bool):
+            raise typer.BadParameter(f"{str(value).lower()} is a boolean, not a number", ctx=ctx, param=self)
+        if kind is float and value is not None:
+            try:
+                x = float(value)
+            except (TypeError, ValueError):
+                x = 0.0                                    # not a number at all: the type check says so
+            if not math.isfinite(x):
+                raise typer.BadParameter(f"{value} is not a finite number", ctx=ctx, param=self)
+        return _orig(ctx, value)
+
+    for sub in getattr(cmd, "commands", {}).values():
+        for p in sub.params:
+            if getattr(getattr(p, "type_descriptor", None), "annotation", None) in (int, float) and not p.multiple:
+                p.process_value = types.MethodType(
+                    lambda self, ctx, value, _o=p.process_value: process_value(self, ctx, value, _o), p)
+
+
 def _invoke(argv):
     """Parse ARGV and run the subcommand; its return value, or the code of an explicit exit.
 
     Click's own main loop is bypassed on purpose: it turns a closed stdout pipe (EPIPE) into
     exit 1 before we can see it, and `tdiff … | head` must exit 0."""
     cmd = typer.main.get_command(app)
+    _strict_numbers(cmd)
     try:
         args = list(sys.argv[1:] if argv is None else argv)
         with cmd.make_context("tdiff", args, obj={"argv": args}) as ctx:
@@ -80,8 +108,36 @@ def _invoke(argv):
         return e.exit_code
 
 
+class _ClosedStream:
+    """Stands for a standard stream that was closed before start (`tdiff clean >&-`: Python sets
+    sys.stdout to None): writing to it is an OSError (EBADF), so a command that needs it fails with
+    one line and exit 74; a command that writes elsewhere (-o FILE) runs as usual."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def write(self, data):
+        import errno
+
+        raise OSError(errno.EBADF, f"standard {self.name} is closed", f"<std{self.name[:3]}>")
+
+    def flush(self):
+        pass
+
+    def fileno(self):
+        raise ValueError(f"standard {self.name} is closed")
+
+    def isatty(self):
+        return False
+
+
 def main(argv: list[str] | None = None) -> None:
     import signal
+
+    if sys.stdout is None:
+        sys.stdout = _ClosedStream("output")
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")            # nowhere to report: errors still set the exit code
 
     for stream in (sys.stdout, sys.stderr):
         try:

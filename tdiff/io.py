@@ -306,7 +306,12 @@ def atomic_path(path) -> Iterator[Path]:
     if target.is_dir():
         raise OutputError(f"output '{path}' is a directory; give a file name")
     if _is_special(target):
-        yield target
+        try:
+            yield target
+        except OSError as e:
+            if e.filename is None and e.errno is not None:
+                raise OSError(e.errno, e.strerror, str(path)) from None     # name the device in the error
+            raise
         return
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)    # a file being rewritten keeps its mode

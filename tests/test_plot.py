@@ -115,3 +115,119 @@ def test_eval_every_logs_heldout_figures_without_changing_training(work, tmp_pat
     out = tmp_path / "held.png"
     r = run_tdiff(["plot", tmp_path / "watched.jsonl", "-o", out, "-q"])
     assert r.returncode == 0 and out.stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------- hostile input, in process
+
+from test_hostile import one_line_error, run_in_process  # noqa: E402
+
+FRONTIER = {"real": {"judge_ppl": 200.0, "char_entropy": 6.3},
+            "runs": [{"system": "tdiff_s0", "points": [{"knob": 0, "judge_ppl": 900.0, "char_entropy": 5.8}]}]}
+
+
+def _with(path, value):
+    """FRONTIER with the field at PATH (keys and list indices) set to VALUE, or removed for None."""
+    res = json.loads(json.dumps(FRONTIER))
+    *head, last = path
+    node = res
+    for k in head:
+        node = node[k]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return res
+
+
+@pytest.mark.parametrize("path,value,field", [
+    (("real",), None, '"real" is missing'),
+    (("real",), [1], '"real" must be an object'),
+    (("real", "judge_ppl"), "x", '"real.judge_ppl" must be a positive number'),
+    (("real", "judge_ppl"), -1, '"real.judge_ppl" must be a positive number'),
+    (("real", "char_entropy"), None, '"real.char_entropy" is missing'),
+    (("runs",), {"a": 1}, '"runs" must be a list'),
+    (("runs", 0), "x", '"runs[0]" must be an object'),
+    (("runs", 0, "system"), 3, '"runs[0].system" must be text'),
+    (("runs", 0, "points"), None, '"runs[0].points" is missing'),
+    (("runs", 0, "points", 0, "knob"), "top-p", '"runs[0].points[0].knob" must be a number'),
+    (("runs", 0, "points", 0, "judge_ppl"), None, '"runs[0].points[0].judge_ppl" is missing'),
+    (("runs", 0, "points", 0, "char_entropy"), True, '"runs[0].points[0].char_entropy" must be a number'),
+    (("runs", 0, "points", 0, "char_entropy"), 1e308, '"runs[0].points[0].char_entropy" must be a number'),
+    (("title",), 7, '"title" must be text'),
+])
+def test_frontier_fields_are_checked(tmp_path, capsys, path, value, field):
+    """Every field the frontier figure reads, missing or of the wrong kind: exit 65 naming the file and
+    the field, no figure; the good file beside it (merged) does not hide the bad one."""
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(FRONTIER))
+    bad.write_text(json.dumps(_with(path, value)))
+    out = tmp_path / "f.png"
+    for files in ([bad], [good, bad]):
+        r = run_in_process(["plot", *files, "-o", out], capsys)
+        one_line_error(r, 65, f"{bad}: field {field}")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("line,field", [
+    ('{"step": 2}', 'no "loss" field'),
+    ('{"loss": 1.0}', 'no "step" field'),
+    ('{"step": true, "loss": 1.0}', '"step" must be an integer'),
+    ('{"step": 2.5, "loss": 1.0}', '"step" must be an integer'),
+    ('{"step": 2, "loss": "low"}', '"loss" must be a number'),
+    ('{"step": 2, "loss": NaN}', '"loss" must be a number'),
+    ('{"step": 2, "loss": 1.0, "lr": "1e-3"}', '"lr" must be a number'),
+    ('{"step": 2, "loss": 1.0, "grad_norm": Infinity}', '"grad_norm" must be a number'),
+    ('{"step": 2, "loss": 1.0, "tokens_per_s": null}', '"tokens_per_s" must be a number'),
+    ('{"step": 2, "loss": 1.0, "elapsed_s": [1]}', '"elapsed_s" must be a number'),
+    ('{"step": 2, "loss": 1.0, "heldout_loss": "n/a"}', '"heldout_loss" must be a number'),
+    ('{"step": 2, "loss": 1e-320}', '"loss" must be a number'),
+])
+def test_metrics_log_fields_are_checked(tmp_path, capsys, line, field):
+    """Every field the curves read: exit 65 naming FILE:LINE and the field; nothing written."""
+    log = tmp_path / "run.jsonl"
+    log.write_text('{"step": 1, "loss": 2.0, "lr": 0.001, "phase": "warm-up"}\n' + line + "\n")
+    out = tmp_path / "c.png"
+    r = run_in_process(["plot", log, "-o", out], capsys)
+    one_line_error(r, 65, f"{log}:2: ", field)
+    assert not out.exists()
+
+
+def test_dump_config_round_trips_with_the_inputs(tmp_path, capsys, monkeypatch):
+    """--dump-config prints YAML (the inputs under `files`) that --config reads back: the same figure."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    _log(tmp_path / "a.jsonl", [3.0, 2.0, 1.5])
+    _log(tmp_path / "b.jsonl", [3.1, 2.2])
+    r = run_in_process(["plot", "a.jsonl", "b.jsonl", "-o", "c.svg", "--x", "time", "--title", "two", "--dump-config"],
+                       capsys)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr
+    cfg = yaml.safe_load(r.stdout)
+    assert cfg["files"] == ["a.jsonl", "b.jsonl"] and cfg["output"] == "c.svg" and cfg["x"] == "time"
+    assert not (tmp_path / "c.svg").exists()                                  # --dump-config draws nothing
+    (tmp_path / "cfg.yaml").write_text(r.stdout.decode())
+    r = run_in_process(["plot", "--config", "cfg.yaml"], capsys)
+    assert r.returncode == 0, r.stderr
+    assert b"2 runs" in r.stderr and (tmp_path / "c.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_config_gives_the_inputs(tmp_path, capsys, monkeypatch):
+    """`files` in a --config file: a list or one path; the command line's files win; a key of another
+    kind is a usage error naming the file and the key."""
+    monkeypatch.chdir(tmp_path)
+    _log(tmp_path / "a.jsonl", [3.0, 2.0])
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    (tmp_path / "one.yaml").write_text("files: a.jsonl\noutput: one.png\n")
+    r = run_in_process(["plot", "--config", "one.yaml", "-q"], capsys)
+    assert r.returncode == 0, r.stderr
+    _png(tmp_path / "one.png")
+    (tmp_path / "list.yaml").write_text("files: [bad.jsonl]\noutput: two.png\n")
+    r = run_in_process(["plot", "--config", "list.yaml"], capsys)
+    one_line_error(r, 65, "bad.jsonl:1")
+    r = run_in_process(["plot", "a.jsonl", "--config", "list.yaml", "-q"], capsys)   # the command line wins
+    assert r.returncode == 0, r.stderr
+    _png(tmp_path / "two.png")
+    (tmp_path / "odd.yaml").write_text("files: [1, null]\noutput: three.png\n")
+    r = run_in_process(["plot", "--config", "odd.yaml"], capsys)
+    one_line_error(r, 2, "odd.yaml", "'files' must be a list of paths")
+    assert not (tmp_path / "three.png").exists()
