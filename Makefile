@@ -12,22 +12,44 @@ CORPUS     ?=
 DEMO_DIR   ?= demo
 SHARED     ?= ../shared
 
-.PHONY: install test demo lint bench clean-demo help
+.PHONY: install test test-latest lock demo lint bench clean-demo help
 
 help:
 	@echo "make install   create $(VENV) and install tdiff (CPU torch by default; see TORCH_SPEC)"
 	@echo "make test      run the test suite"
+	@echo "make test-latest  the smoke tests on the newest release of every dependency (scratch venv)"
+	@echo "make lock      remake constraints.txt (the tested versions) from the newest releases"
 	@echo "make demo      run the pipeline end to end on a default corpus (CORPUS=path for your own)"
 	@echo "make bench     run the benchmarks in bench/ (JSON on stdout)"
 	@echo "make lint      byte-compile and check the package"
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The lock without its torch line: torch comes from TORCH_SPEC (a CUDA build stays as installed).
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	grep -v '^torch==' constraints.txt > $(VENV)/constraints.txt
 	$(if $(strip $(TORCH_SPEC)),$(BIN)/python -m pip install $(TORCH_SPEC))
-	$(BIN)/python -m pip install -e '.[dev,onnx,plot]'
+	$(BIN)/python -m pip install -c $(VENV)/constraints.txt -e '.[dev,onnx,plot]'
 	touch $@
+
+# The newest release of every dependency (torch: LATEST_TORCH_SPEC, the newest CPU build this
+# machine offers) in a scratch venv, and the smoke tests marked `latest` there.
+LATEST_VENV       ?= .venv-latest
+LATEST_TORCH_SPEC ?= torch==2.13.0
+test-latest:
+	rm -rf $(LATEST_VENV)
+	$(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q $(LATEST_TORCH_SPEC)
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[dev,onnx,plot]'
+	$(LATEST_VENV)/bin/python -m pip freeze --all --exclude-editable | grep -v '^pip==' > $(LATEST_VENV)/versions.txt
+	@echo "newest releases installed:"; grep -iE '^(torch|transformers|tokenizers|typer|click|rich|safetensors|sentencepiece|jieba|pyyaml|numpy|protobuf|sacrebleu|huggingface.hub|pytest)==' $(LATEST_VENV)/versions.txt
+	$(LATEST_VENV)/bin/python -m pytest -m latest -p no:cacheprovider
+
+# Remake constraints.txt from the newest releases (run `make test-latest` first; then `make test`).
+lock: test-latest
+	{ sed -n '1,3p' constraints.txt; sed 's/^\(torch==[0-9.]*\)+.*/\1/' $(LATEST_VENV)/versions.txt; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 test: install
 	$(BIN)/python -m pytest
@@ -36,7 +58,7 @@ demo: install
 	DEMO_DIR=$(DEMO_DIR) CORPUS=$(CORPUS) PATH=$(CURDIR)/$(BIN):$$PATH bash examples/demo.sh
 
 bench: install
-	$(BIN)/python -m pip install -e '.[dev,bench]'
+	$(BIN)/python -m pip install -c $(VENV)/constraints.txt -e '.[dev,bench]'
 	SHARED=$(SHARED) PATH=$(CURDIR)/$(BIN):$$PATH bash bench/run_all.sh
 
 lint: install

@@ -107,11 +107,29 @@ def test_resume_across_world_sizes(work, tmp_path, reference, first, then):
     _same_weights(ref, out)
 
 
-def test_world_size_must_divide_the_micro_batches(work, tmp_path):
+def test_the_defaults_are_shared_out(work, tmp_path):
+    """The issue's command with no batch option (--batch-size 64 --grad-accum 1): the 2 processes share
+    each batch as 2 micro-batches of 32, say so, and train exactly the run one process makes with
+    --batch-size 32 --grad-accum 2."""
+    def args(out, *extra):
+        return ["train", "--vae", work / "vae.safetensors", "-i", work / "ids.jsonl", "-o", out, "--max-steps", "3",
+                "--log-every", "1", "--log", out.with_suffix(".jsonl"), "--device", "cpu", *extra]
+
+    two = tmp_path / "two.safetensors"
+    r = _ok(torchrun(args(two)))
+    assert b"2 processes: each batch of 64 is shared out as 2 micro-batches of 32" in r.stderr
+    one = tmp_path / "one.safetensors"
+    _ok(single(args(one, "--batch-size", "32", "--grad-accum", "2")))
+    _same_losses(_losses(one.with_suffix(".jsonl")), _losses(two.with_suffix(".jsonl")))
+    _same_weights(one, two)
+
+
+def test_a_batch_that_cannot_be_shared_is_refused(work, tmp_path):
     r = torchrun(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", tmp_path / "x.safetensors",
-                  "--max-steps", "2", "--batch-size", "8", "--grad-accum", "3", *TINY])
+                  "--max-steps", "2", "--batch-size", "7", "--grad-accum", "3", *TINY])
     assert r.returncode != 0
-    assert b"--grad-accum 3: must be a multiple of the 2 processes" in r.stderr
+    assert b"--batch-size 7 × --grad-accum 3 cannot be shared out between 2 processes" in r.stderr, r.stderr.decode()
+    assert b"Traceback" not in r.stderr
     assert not (tmp_path / "x.safetensors").exists()
 
 

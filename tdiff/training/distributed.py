@@ -9,8 +9,9 @@ the single-process run.
 
 What makes a W-process run the same run as one process (tdiff/training/loop.py):
 - An optimizer step is --grad-accum micro-batches of --batch-size examples (the global batch); the
-  processes take equal shares of them (W must divide --grad-accum), so W changes who computes a
-  micro-batch, never what is computed.
+  processes take equal shares of them, so W changes who computes a micro-batch, never what is
+  computed. Where W does not divide --grad-accum, `share_out` first cuts each micro-batch into
+  smaller ones (64 × 1 on 2 processes: 32 × 2, the same examples per step).
 - Micro-batch n of the run draws its data and noise from streams seeded by (seed, n) alone, on every
   rank alike, so it is the same micro-batch whichever rank computes it.
 - Gradients are averaged by DDP's all-reduce (after the last local micro-batch; `no_sync` before),
