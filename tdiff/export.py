@@ -35,8 +35,12 @@ exceed TOLERANCE[dtype].
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import os
 import shutil
+import stat
+import tempfile
 from pathlib import Path
 
 from tdiff import artifacts
@@ -52,7 +56,9 @@ TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2}
 PROGRAMS = ("denoiser", "decoder", "schedule")
 SUFFIX = {"export": ".pt2", "torchscript": ".pt", "onnx": ".onnx"}
 VERIFY_BATCHES = (3, 1)     # the fixed inputs: the batch dimension is dynamic, so two sizes are checked
-MARKER = "tdiff_export"      # key of config.json that marks a directory as written by `tdiff export`
+MARKER = "tdiff_export"      # key of config.json: the version of the directory's layout
+MANIFEST = "tdiff-manifest.json"   # every file the export wrote, with its size and sha256, sealed (`_seal`)
+MANIFEST_MAX_BYTES = 1 << 20
 
 
 # ---------------------------------------------------------------- program modules
@@ -355,45 +361,139 @@ def program_config(bundle, art, fmt: str, dtype: str, source_sha: str) -> dict:
             "source": {"file": Path(art.path).name, "sha256": source_sha}}
 
 
-def check_target(out: Path) -> None:
-    """OUT may be written: absent, an empty directory or an earlier `tdiff export` directory."""
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise OutputError(f"-o {out}: exists and is not a directory")
-    if any(out.iterdir()) and not _is_export_dir(out):
-        raise OutputError(f"-o {out}: a non-empty directory not written by `tdiff export`; refusing to replace it")
+def _seal(files) -> str:
+    """The manifest's own hash: sha256 of its file list as canonical JSON. A file that merely looks like
+    a manifest (hand-written, another tool's, edited) does not carry the seal of its contents."""
+    blob = json.dumps({"tdiff_export_manifest": 1, "files": files}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def _is_export_dir(d: Path) -> bool:
+def write_manifest(d: Path) -> None:
+    """List every file of directory D (name, bytes, sha256) in D/MANIFEST, sealed."""
+    from tdiff.io import file_sha256
+
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in sorted(d.iterdir())}
+    text = json.dumps({"tdiff_export_manifest": 1, "files": files, "seal": _seal(files)}, indent=1)
+    (d / MANIFEST).write_text(text + "\n", encoding="utf-8")
+
+
+def _manifest_files(d: Path) -> dict | None:
+    """{name: {"bytes", "sha256"}} of D's manifest, or None when it is not one `write_manifest` wrote:
+    not a regular file, too large, not JSON, another layout, or a seal that does not match."""
+    m = d / MANIFEST
     try:
-        return MARKER in json.loads((d / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+        st = m.lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MANIFEST_MAX_BYTES:
+            return None
+        obj = json.loads(m.read_text(encoding="utf-8"))
+        files = obj.get("files") if isinstance(obj, dict) else None
+        if not isinstance(files, dict) or obj.get("seal") != _seal(files):
+            return None
+    except (OSError, ValueError, RecursionError):        # unreadable, not UTF-8 or JSON, nested too deeply
+        return None
+    good = all(isinstance(r, dict) and type(r.get("bytes")) is int and isinstance(r.get("sha256"), str)
+               for r in files.values())
+    return files if good else None
+
+
+def _names(names) -> str:
+    """Up to three of NAMES for a message, and how many more."""
+    names = sorted(names)
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _replace_problem(d: Path) -> str | None:
+    """Why directory D may not be replaced by an export, or None: it is empty, or it holds exactly the
+    files its manifest lists, each unchanged (so nothing of the user's can be lost)."""
+    from tdiff.io import file_sha256
+
+    present = set(os.listdir(d))
+    if not present:
+        return None
+    if MANIFEST not in present:
+        return f"a non-empty directory not written by `tdiff export` (it has no {MANIFEST})"
+    files = _manifest_files(d)
+    if files is None:
+        return f"its {MANIFEST} is not one `tdiff export` wrote (damaged, edited or hand-made)"
+    extra = present - set(files) - {MANIFEST}
+    if extra:
+        return f"it holds files `tdiff export` did not write ({_names(extra)})"
+    missing = set(files) - present
+    if missing:
+        return f"files of the export are gone ({_names(missing)})"
+    for name, rec in sorted(files.items()):
+        st = (d / name).lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size != rec["bytes"] or file_sha256(d / name) != rec["sha256"]:
+            return f"{name} changed since `tdiff export` wrote it"
+    return None
+
+
+def _target(out: Path) -> Path:
+    """The directory that -o OUT names: a symlink's final target (the link itself stays), else OUT; absolute."""
+    try:
+        return Path(os.path.realpath(out, strict=out.is_symlink()))
+    except (OSError, RuntimeError):
+        raise OutputError(f"-o {out}: a symlink that leads nowhere (dangling, or a loop); remove it or give "
+                          "another name") from None
+
+
+def check_target(out: Path) -> Path:
+    """The directory to write for -o OUT (through a symlink, its target), checked: absent, empty, or an
+    earlier `tdiff export` directory whose files all still match its manifest. Else OutputError (exit
+    73) saying why; nothing is touched."""
+    out = Path(out)
+    target = _target(out)
+    shown = f"-o {out}" + (f" (a symlink to {target})" if out.is_symlink() else "")
+    if not os.path.lexists(target):
+        return target
+    if not target.is_dir():
+        raise OutputError(f"{shown}: exists and is not a directory")
+    try:
+        why = _replace_problem(target)
+    except OSError as e:
+        raise OutputError(f"{shown}: cannot be read ({e.strerror or e})") from None
+    if why:
+        raise OutputError(f"{shown}: {why}; refusing to replace it (remove it or choose another -o)")
+    return target
+
+
+def _temp_dir(beside: Path) -> Path:
+    """A new folder beside BESIDE named `.NAME.PID.<random>.tmp`: tdiff.io.remove_stale_temps removes it
+    on a later run once this process is gone (killed with -9, say)."""
+    return Path(tempfile.mkdtemp(prefix=f".{beside.name}.{os.getpid()}.", suffix=".tmp", dir=beside.parent))
 
 
 def install_dir(tmp: Path, out: Path) -> None:
-    """Move the finished TMP directory to OUT, replacing an earlier export there."""
+    """Move the finished TMP directory into place as -o OUT (through a symlink: as its target, the link
+    stays), replacing an earlier export there after checking it once more (`check_target`). The earlier
+    one is moved aside first and put back if the move fails."""
+    target = check_target(out)
     old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{tmp.name[-8:]}")
-        out.rename(old)
-    tmp.rename(out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    try:
+        if os.path.lexists(target):
+            old = _temp_dir(target)
+            os.replace(target, old / "d")
+        os.replace(tmp, target)
+    except BaseException:
+        if old is not None and (old / "d").exists() and not os.path.lexists(target):
+            os.replace(old / "d", target)                  # put the earlier export back
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def export_model(model_path, out: Path, fmt: str, dtype: str) -> dict:
     """Export MODEL_PATH to directory OUT in FMT with weights in DTYPE; verify; return the report.
 
-    The directory is assembled beside OUT and moved into place only after every check passed, so
-    a failure (or an interrupt) leaves OUT as it was."""
-    import tempfile
-
+    The directory is assembled beside OUT (a symlink's target) and moved into place only after every
+    check passed, so a failure (or an interrupt) leaves OUT as it was; temp folders of earlier runs
+    killed on the way are removed. Only an empty directory or an unchanged earlier export is replaced
+    (`check_target`)."""
     import torch
 
     from tdiff.bundle import MODEL_KINDS, load_bundle
-    from tdiff.io import file_sha256
+    from tdiff.io import file_sha256, remove_stale_temps
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
@@ -402,15 +502,19 @@ def export_model(model_path, out: Path, fmt: str, dtype: str) -> dict:
     if fmt == "onnx" and onnx_problem():
         raise UsageError(f"--format onnx: {onnx_problem()}")
     out = Path(out)
-    check_target(out)
+    target = check_target(out)
+    remove_stale_temps(target)
     art = artifacts.load_artifact(model_path, expect=MODEL_KINDS)
     bundle = load_bundle(model_path, "cpu")
     sha = file_sha256(model_path)
     inputs = verification_inputs(bundle)
     refs = reference_outputs(bundle, inputs)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_dir(target)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)                      # mkdtemp makes 0700; a model directory is for sharing
         if fmt == "safetensors":
             path = tmp / "model.safetensors"
             write_slim(art, path, dtype, sha)
@@ -426,10 +530,11 @@ def export_model(model_path, out: Path, fmt: str, dtype: str) -> dict:
                             "measure": "max|export - source| / max|source|, worst over the inputs",
                             "checks": checks}
         (tmp / "config.json").write_text(json.dumps(config, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_manifest(tmp)
         install_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    sizes = {p.name: p.stat().st_size for p in sorted(out.iterdir())}
+    sizes = {p.name: p.stat().st_size for p in sorted(target.iterdir())}
     return {"format": fmt, "dtype": dtype, "dir": str(out), "files": sizes, "checks": checks,
             "source_bytes": Path(model_path).stat().st_size}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tdiff.errors import DataError, UsageError
+from tdiff.errors import DataError, NoInputError, UsageError
 
 PANELS = (("loss", "loss"), ("lr", "learning rate"), ("tokens_per_s", "tokens / s"), ("grad_norm", "gradient norm"))
 X_AXES = ("step", "time")
@@ -231,7 +231,7 @@ def _read_json(p: Path):
 
 
 def _check_exists(p: Path) -> None:
-    from tdiff.errors import NoInputError
+    """NoInputError (exit 66) when input P is missing or a directory; '-' (stdin) is fine."""
     from tdiff.io import is_std
 
     if is_std(str(p)):

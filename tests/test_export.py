@@ -276,3 +276,124 @@ def test_compile_with_cuda_graphs(work):
     comp = _records(run_tdiff(["sample", "-m", work / "model.safetensors", "--dtype", "fp32", "--compile", *args]))
     same = sum(i == j for x, y in zip(eager, comp) for i, j in zip(x["ids"], y["ids"]))
     assert same >= 0.98 * sum(len(x["ids"]) for x in eager)
+
+
+# ---------------------------------------------------------------- what -o may replace, in process
+
+from test_hostile import one_line_error, run_in_process  # noqa: E402
+
+
+def _tree(d) -> dict:
+    """{relative path: bytes (None for a folder)} of everything under D, links not followed."""
+    return {str(p.relative_to(d)): None if p.is_dir() else p.read_bytes() for p in sorted(d.rglob("*"))}
+
+
+def _temps(d) -> list:
+    """The hidden entries (temp folders) in D."""
+    return sorted(p.name for p in d.iterdir() if p.name.startswith("."))
+
+
+def _user_dir(path, files: dict):
+    """A user's directory PATH holding FILES {name: text}."""
+    path.mkdir()
+    for name, text in files.items():
+        (path / name).write_text(text)
+    return path
+
+
+def _fake_manifest(d, seal: str) -> str:
+    """A manifest of D's files in export's layout, with the right sizes and hashes and the seal SEAL."""
+    import hashlib
+
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+             for p in sorted(d.iterdir())}
+    return json.dumps({"tdiff_export_manifest": 1, "files": files, "seal": seal})
+
+
+@pytest.mark.parametrize("case", ["config-holds-1", "marker-in-notes", "manifest-holds-1", "manifest-unsealed"])
+def test_a_directory_export_did_not_mark_is_refused_untouched(work, tmp_path, capsys, case):
+    """Only a directory with a sealed manifest of tdiff's is replaceable: a config.json holding 1, a notes
+    file that mentions "tdiff_export", a manifest holding 1, a hand-made manifest (right hashes, no seal):
+    exit 73 naming -o and why, the directory as it was, no temp folder left."""
+    notes = {"notes.txt": "my notes: tdiff_export was here\n"}
+    d = {"config-holds-1": lambda p: _user_dir(p, {"config.json": "1\n", **notes}),
+         "marker-in-notes": lambda p: _user_dir(p, {"config.json": '{"tdiff_export": 1}\n', **notes}),
+         "manifest-holds-1": lambda p: _user_dir(p, {"tdiff-manifest.json": "1\n", **notes}),
+         "manifest-unsealed": lambda p: _user_dir(p, notes)}[case](tmp_path / "mine")
+    if case == "manifest-unsealed":
+        (d / "tdiff-manifest.json").write_text(_fake_manifest(d, seal="0" * 64))
+    no_manifest = case in ("config-holds-1", "marker-in-notes")
+    why = "no tdiff-manifest.json" if no_manifest else "is not one `tdiff export` wrote"
+    before = _tree(d)
+    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", d], capsys)
+    one_line_error(r, 73, f"-o {d}", why, "refusing to replace it")
+    assert _tree(d) == before and (d / "notes.txt").read_text() == notes["notes.txt"]
+    assert _temps(tmp_path) == []
+
+
+def test_an_earlier_export_is_replaced_only_while_unchanged(work, tmp_path, capsys):
+    """An export is replaced by the next; a user's file added to it, a file of it edited or removed:
+    refused (73), the directory as it was."""
+    out = tmp_path / "slim"
+    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", out, "-q"], capsys)
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "tdiff-manifest.json").read_text())
+    assert set(manifest["files"]) == {"config.json", "model.safetensors"}
+    config = (out / "config.json").read_bytes()
+    changes = [("notes.txt", b"mine\n", "did not write (notes.txt)"),
+               ("config.json", config + b" ", "config.json changed since"),
+               ("config.json", None, "files of the export are gone (config.json)")]
+    for name, data, why in changes:
+        if data is None:
+            (out / name).unlink()
+        else:
+            (out / name).write_bytes(data)
+        before = _tree(out)
+        r = run_in_process(["export", "-m", work / "model.safetensors", "-o", out, "--dtype", "bf16"], capsys)
+        one_line_error(r, 73, f"-o {out}", why)
+        assert _tree(out) == before
+        (out / "notes.txt").unlink(missing_ok=True)
+        (out / "config.json").write_bytes(config)
+    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", out, "--dtype", "bf16", "-q"], capsys)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bf16" and _temps(tmp_path) == []
+
+
+def test_a_symlink_to_a_directory_stays_a_symlink(work, tmp_path, capsys):
+    """-o LINK writes the link's target (here an empty directory) and keeps the link; a link to a user's
+    directory or a dangling one is refused (73), link and directory as they were."""
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real)
+    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", link, "-q"], capsys)
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert {p.name for p in real.iterdir()} == {"config.json", "model.safetensors", "tdiff-manifest.json"}
+    mine = _user_dir(tmp_path / "mine", {"notes.txt": "keep me\n"})
+    link.unlink()
+    link.symlink_to(mine)
+    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", link], capsys)
+    one_line_error(r, 73, f"-o {link}", "not written by `tdiff export`")
+    assert link.is_symlink() and os.readlink(link) == str(mine) and _tree(mine) == {"notes.txt": b"keep me\n"}
+    link.unlink()
+    link.symlink_to(tmp_path / "nowhere")
+    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", link], capsys)
+    one_line_error(r, 73, f"{link}", "symlink")
+    assert link.is_symlink() and not (tmp_path / "nowhere").exists()
+    assert _temps(tmp_path) == []
+
+
+def test_temp_folders_of_killed_runs_are_removed(work, tmp_path, capsys):
+    """A run killed with -9 leaves its temp folder (named with its pid); the next run removes those of
+    processes that are gone and keeps a running one's. An empty directory is filled."""
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = tmp_path / f".out.{2**30}.k9x2ab.tmp"                  # no process has this pid (pid_max <= 2**22)
+    (dead / "d").mkdir(parents=True)
+    (dead / "denoiser.pt2").write_bytes(b"half written")
+    alive = tmp_path / ".out.1.zz9.tmp"                            # pid 1 runs
+    alive.mkdir()
+    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", out, "-q"], capsys)
+    assert r.returncode == 0, r.stderr
+    assert _temps(tmp_path) == [alive.name]
+    assert (out / "tdiff-manifest.json").is_file() and (out / "model.safetensors").is_file()

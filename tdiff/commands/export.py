@@ -16,8 +16,9 @@ def export(
     ctx: typer.Context,
     model: Path = typer.Option(..., "--model", "-m", help="A model from `tdiff train` or a student from "
                                "`tdiff distill`."),
-    output: Path = typer.Option(..., "--output", "-o", help="The directory to write (created; an earlier "
-                                "`tdiff export` directory there is replaced, any other non-empty one refused)."),
+    output: Path = typer.Option(..., "--output", "-o", help="The directory to write (created; an empty one is "
+                                "filled, an earlier `tdiff export` directory whose files still match its "
+                                "manifest is replaced, any other refused; through a symlink, its target)."),
     format: Literal[choices.EXPORT_FORMATS] = typer.Option(
         "safetensors", "--format", "-f", help="safetensors (slim model file for `tdiff sample`), export "
         "(torch.export programs), torchscript, or onnx (needs the onnx extra)."),
