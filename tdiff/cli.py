@@ -183,4 +183,9 @@ def main(argv: list[str] | None = None) -> None:
         if type(e).__name__ == "Abort":
             sys.stderr.write("tdiff: aborted\n")
             sys.exit(EXIT_FAILURE)
+        from tdiff.memory import is_out_of_memory
+
+        if is_out_of_memory(e):                   # torch's allocators: one line, never a traceback
+            sys.stderr.write("tdiff: error: out of memory (try a smaller --batch-size)\n")
+            sys.exit(EXIT_FAILURE)
         raise

@@ -218,16 +218,32 @@ def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None):
         return filter_logits(logits, opts.temperature, opts.top_k, opts.top_p, generator)
 
 
-def label_index(bundle, label):
-    """The model's index of label name LABEL (None: the null label, -1); a UsageError naming the known labels."""
+def label_index(bundle, label, where: str = "--label", error=UsageError):
+    """The model's index of label name LABEL (None: the null label, -1). An unknown label is ERROR
+    (a UsageError for the --label option; a DataError naming 'file:line' for a record's label)
+    naming WHERE and the known labels."""
     if label is None:
         return -1
     names = bundle.labels
     if not names:
-        raise UsageError(f"--label {label!r}: this model has no labels (train it with --label-field)")
+        raise error(f"{where} {label!r}: this model has no labels (train it with --label-field)")
     if label not in names:
-        raise UsageError(f"--label {label!r}: unknown; this model knows {', '.join(names)}")
+        raise error(f"{where} {label!r}: unknown; this model knows {', '.join(names)}")
     return names.index(label)
+
+
+def check_memory(bundle, opts: SampleOptions, batch: int, device) -> None:
+    """A UsageError naming --batch-size when BATCH samples cannot fit DEVICE's memory (tdiff/memory.py):
+    the denoiser's activations (twice the batch with guidance), or the VAE decoder's with the whole
+    logits where decoding samples or penalizes repeats."""
+    from tdiff import memory
+
+    vae, dit = bundle.vae.config, bundle.dit.config
+    held = opts.temperature > 0 or opts.repetition_penalty != 1.0
+    need = max(memory.activation_bytes(batch * (2 if opts.guidance else 1), dit.max_len, dit.d_model, training=False),
+               memory.activation_bytes(batch, vae.max_len, vae.d_model, training=False,
+                                       vocab=vae.vocab_size if held else 0))
+    memory.check_fits([(need, "activations", f"--batch-size {opts.batch_size}")], device)
 
 
 def check_spans(bundle) -> None:

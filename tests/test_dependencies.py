@@ -137,7 +137,8 @@ def test_every_subcommand_runs_on_the_core_dependencies(core_python, work, tmp_p
         r = _run(core_python, ["-m", "tdiff", *args], t)
         assert r.returncode == 0, f"tdiff {args[0]}: exit {r.returncode}: {r.stderr.decode()[-2000:]}"
     # the extras' commands fail with their one-line hint, not an ImportError traceback
-    r = _run(core_python, ["-m", "tdiff", "plot", t / "nothing.jsonl", "-o", t / "p.png"], t)
+    (t / "log.jsonl").write_text('{"step": 1, "loss": 2.5}\n{"step": 2, "loss": 2.0}\n')
+    r = _run(core_python, ["-m", "tdiff", "plot", t / "log.jsonl", "-o", t / "p.png"], t)
     assert r.returncode == 2 and b"tdiff[plot]" in r.stderr and b"Traceback" not in r.stderr, r.stderr.decode()
     r = _run(core_python, ["-m", "tdiff", "export", "-m", t / "model.safetensors", "-o", t / "onnx", "--format", "onnx"], t)
     assert r.returncode == 2 and b"onnx" in r.stderr and b"Traceback" not in r.stderr, r.stderr.decode()

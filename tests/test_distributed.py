@@ -128,7 +128,7 @@ def test_a_batch_that_cannot_be_shared_is_refused(work, tmp_path):
     r = torchrun(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", tmp_path / "x.safetensors",
                   "--max-steps", "2", "--batch-size", "7", "--grad-accum", "3", *TINY])
     assert r.returncode != 0
-    assert b"--batch-size 7 × --grad-accum 3 cannot be shared out between 2 processes" in r.stderr, r.stderr.decode()
+    assert "--batch-size 7 × --grad-accum 3 cannot be shared out between 2 processes" in r.stderr.decode(), r.stderr.decode()
     assert b"Traceback" not in r.stderr
     assert not (tmp_path / "x.safetensors").exists()
 

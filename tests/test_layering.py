@@ -4,7 +4,7 @@ Layers, lowest first. A module may import modules of its own layer and of lower 
 never of a higher one. Imports inside functions count too (they are how heavy modules
 are deferred, not a way around the layering).
 
-  core        errors, io, log, choices, seeds, device, artifacts, metrics, data, workers
+  core        errors, io, log, choices, seeds, device, artifacts, metrics, data, workers, memory
   text        tdiff/text/*                       (core)
   models      tdiff/models/*                     (core)
   diffusion   tdiff/diffusion/*                  (core)
@@ -27,7 +27,8 @@ from conftest import ROOT
 
 PKG = ROOT / "tdiff"
 
-CORE = {"errors", "io", "log", "choices", "seeds", "device", "artifacts", "metrics", "data", "workers", "__init__"}
+CORE = {"errors", "io", "log", "choices", "seeds", "device", "artifacts", "metrics", "data", "workers", "memory",
+        "__init__"}
 LIBRARY = {"latents", "bundle", "control", "sample", "compiled", "evaluate", "ar", "export", "plots"}
 # layer -> the layers it may import (besides itself)
 ALLOWED = {

@@ -21,6 +21,7 @@ def _records(r):
     return [json.loads(line) for line in r.stdout.decode().splitlines()]
 
 
+@pytest.mark.latest
 def test_training_logs_and_lowers_loss(work):
     log = [json.loads(line) for line in (work / "vae.jsonl").read_text().splitlines()]
     assert {"step", "loss", "lr", "grad_norm", "tokens_per_s"} <= set(log[0])
@@ -43,6 +44,7 @@ def test_denoiser_training_lowers_its_loss(work, tmp_path):
     assert len(loss) == 40 and sum(loss[-10:]) < sum(loss[:10])
 
 
+@pytest.mark.latest
 def test_sample_dpm_prints_records(work):
     recs = _records(run_tdiff(["sample", "-m", work / "model.safetensors", "--steps", "12", "--solver", "dpm",
                                "--num", "5", "--batch-size", "4", "--device", "cpu"]))
@@ -149,6 +151,7 @@ def test_resume_after_kill(work, tmp_path):
     assert steps[-5:] == list(range(step + 1, target + 1))  # continued from the checkpoint, not from 0
 
 
+@pytest.mark.latest
 def test_resume_is_exact(work, tmp_path):
     """Killed mid-run and resumed, `tdiff train` ends with the same weights as one uninterrupted run
     (noise generator state, data order, optimizer, EMA and learning rate all continue).

@@ -49,6 +49,7 @@ def trained(corpus):
     return d, r1, r2
 
 
+@pytest.mark.latest
 def test_loss_falls_and_resume_continues(trained):
     d, r1, r2 = trained
     recs = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
@@ -66,6 +67,7 @@ def test_loss_falls_and_resume_continues(trained):
     assert r1.stdout == r2.stdout == b""                   # stdout carries data only
 
 
+@pytest.mark.latest
 def test_directory_loads_offline_with_plain_transformers(trained, monkeypatch):
     d, _, _ = trained
     out = d / "ar"
@@ -82,6 +84,7 @@ def test_directory_loads_offline_with_plain_transformers(trained, monkeypatch):
     assert (g.eos_token_id, g.pad_token_id) == (2, 3)
 
 
+@pytest.mark.latest
 def test_autotokenizer_and_pipeline_load_the_directory_offline(trained):
     """AutoTokenizer.from_pretrained(dir) gives tdiff's ids and texts (this tokenizer has no jieba
     pre-tokenization), and transformers.pipeline("text-generation", model=dir) runs offline in a
@@ -144,6 +147,7 @@ def test_generate_records_round_trip(judge):
     assert greedy[0]["ids"] == greedy[1]["ids"]
 
 
+@pytest.mark.latest
 def test_perplexity_is_exp_of_hf_loss(judge):
     import torch
 

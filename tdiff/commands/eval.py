@@ -72,7 +72,7 @@ def eval_cmd(
     import time
 
     from tdiff import evaluate as E
-    from tdiff import log
+    from tdiff import log, memory
     from tdiff.errors import UsageError
 
     if data is None and samples is None and not speed:
@@ -141,9 +141,11 @@ def eval_cmd(
             if compile:
                 raise UsageError("--compile: diffusion models only, not a train-ar directory")
             if speed:
+                _check_ar_memory(ar_model, batch_size, length, dev)
                 stage("speed")
-                result["speed"] = E.speed_ar(ar_model, ar_tok, dev, length=length, batch_size=batch_size,
-                                             repeats=repeats, warmup=warmup, seed=seed, dtype=dtype)
+                with memory.out_of_memory_errors("try a smaller --batch-size"):
+                    result["speed"] = E.speed_ar(ar_model, ar_tok, dev, length=length, batch_size=batch_size,
+                                                 repeats=repeats, warmup=warmup, seed=seed, dtype=dtype)
         else:
             from tdiff.bundle import load_bundle, load_vae
 
@@ -166,15 +168,17 @@ def eval_cmd(
                 if length and length != vae.config.max_len:
                     log.warn(f"--length {length} ignored: this diffusion model samples a fixed "
                              f"{vae.config.max_len} positions")
-                from tdiff.sample import sampling_plan
+                from tdiff.sample import SampleOptions, check_memory, sampling_plan
 
                 steps, solver, notes = sampling_plan(bundle, steps, solver)
                 for line in notes:
                     (log.warn if line.startswith("warning: ") else log.info)(f"eval: {line.removeprefix('warning: ')}")
+                check_memory(bundle, SampleOptions(batch_size=batch_size), batch_size, dev)
                 stage("speed")
-                result["speed"] = E.speed_diffusion(bundle, dev, steps=steps, solver=solver, batch_size=batch_size,
-                                                    repeats=repeats, warmup=warmup, seed=seed, dtype=dtype,
-                                                    compile=compile)
+                with memory.out_of_memory_errors("try a smaller --batch-size"):
+                    result["speed"] = E.speed_diffusion(bundle, dev, steps=steps, solver=solver,
+                                                        batch_size=batch_size, repeats=repeats, warmup=warmup,
+                                                        seed=seed, dtype=dtype, compile=compile)
 
     if smp is not None:
         stage("samples")
@@ -206,6 +210,17 @@ def eval_cmd(
     with open_output(output) as out:
         out.write(json.dumps(_finite(result), ensure_ascii=False, allow_nan=False) + "\n")
     _show(result, time.perf_counter() - t_start)
+
+
+def _check_ar_memory(model, batch_size: int, length: int, device) -> None:
+    """--speed on an AR model: a UsageError naming --batch-size when its KV cache cannot fit DEVICE
+    (LENGTH new tokens; 0: 128 or what fits, as `evaluate.speed_ar` takes it)."""
+    from tdiff import memory
+
+    c = model.config
+    positions = 1 + min(length or 128, c.n_positions - 1)
+    memory.check_fits([(memory.kv_cache_bytes(batch_size, positions, c.n_embd, c.n_layer, c.vocab_size),
+                        "the keys and values of every position", f"--batch-size {batch_size}")], device)
 
 
 def _parse_levels(text: str) -> tuple:

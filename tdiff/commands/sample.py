@@ -31,11 +31,14 @@ def sample(
     length: int = typer.Option(0, "--length", min=0, max=1_000_000,
                                help="Diffusion models: exactly this many generated tokens (after --prompt, if any); "
                                     "AR models: at most this many new tokens. 0: the model chooses."),
-    prompt: Optional[str] = typer.Option(None, "--prompt", help="Continue this beginning (kept verbatim)."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="Continue this beginning (kept verbatim; \\[ and "
+                                         "\\] are literal brackets, [MASK] and [[ are refused)."),
     infill: Optional[str] = typer.Option(None, "--infill", help="Fill the [MASK:n] (n tokens) and [MASK] (--mask-len "
-                                         "tokens; at the very end: a free continuation) spans of this text."),
+                                         "tokens; at the very end: a free continuation) spans of this text; \\[ "
+                                         "and \\] are literal brackets."),
     edit: Optional[str] = typer.Option(None, "--edit", help="Regenerate the [[…]] spans of this text, each with as "
-                                       "many tokens as it holds; the rest is kept."),
+                                       "many tokens as it holds; the rest is kept; \\[ and \\] are literal "
+                                       "brackets."),
     mask_len: int = typer.Option(8, "--mask-len", min=1, max=100_000, help="Tokens of a [MASK] without a number."),
     input: Optional[str] = typer.Option(None, "--input", "-i", help="Requests JSONL ({\"prompt\": …} or {\"text\": …, "
                                         "\"mask\": [[start, end], …]}, optional \"length\", \"label\"); - for stdin. "
@@ -72,15 +75,13 @@ def sample(
     common.start(ctx)
     import time
 
-    from tdiff import log
+    from tdiff import log, memory
+    from tdiff.ar import is_ar_dir
     from tdiff.bundle import load_bundle
     from tdiff.device import resolve_device, resolve_dtype, torch_dtype
-    from tdiff.io import JsonlWriter, open_output
-    from tdiff.sample import SampleOptions, check_options, generate, generate_long, sampling_plan
-
-    from tdiff.ar import is_ar_dir
-
     from tdiff.errors import UsageError
+    from tdiff.io import JsonlWriter, open_output
+    from tdiff.sample import SampleOptions, check_memory, check_options, generate, generate_long, sampling_plan
 
     if is_ar_dir(model):
         given = [n for n, v in (("--round-x0", round_x0), ("--time-grid", time_grid != "uniform"),
@@ -113,14 +114,16 @@ def sample(
     check_options(opts)
     requests = _requests(bundle, input, num, prompt=prompt, infill=infill, edit=edit, length=length,
                          mask_len=mask_len, label=label)
+    first, requests = _first_batch(requests, batch_size, num)
+    check_memory(bundle, opts, first, dev)               # before a batch is allocated
     if compile:
         from tdiff.compiled import compile_bundle
 
         bundle = compile_bundle(bundle, dev, batch_size * (2 if guidance else 1))
         log.info("sample: --compile: the first batch compiles the networks (10-30 s)")
     t0 = time.perf_counter()
-    ntok = 0
-    with open_output(output) as out:
+    ntok = count = 0
+    with memory.out_of_memory_errors("try a smaller --batch-size"), open_output(output) as out:
         w = JsonlWriter(out, flush_every=1)
         if segments > 1:
             from tdiff.sample import check_spans
@@ -135,10 +138,27 @@ def sample(
             for rec in records:
                 w.write(rec)
                 ntok += len(rec["ids"])
+                count += 1
                 bar.advance(task, 1)
     dt = time.perf_counter() - t0
-    log.info(f"sample: {num} samples, {ntok} tokens in {dt:.2f}s ({ntok / max(dt, 1e-9):.0f} tok/s), "
+    if not count:
+        from tdiff.io import display_name
+
+        log.info(f"sample: 0 records in {display_name(input)}: nothing to do")
+        return
+    log.info(f"sample: {count} samples, {ntok} tokens in {dt:.2f}s ({ntok / max(dt, 1e-9):.0f} tok/s), "
              f"{solver} {steps} steps on {dev}, {dtype}{', compiled' if compile else ''}")
+
+
+def _first_batch(requests, batch_size: int, num: int):
+    """(the size of the first batch, REQUESTS unchanged): the requests of --input are read one batch
+    ahead, so that a short file is not refused for a --batch-size it never fills."""
+    import itertools
+
+    if requests is None:
+        return min(batch_size, num), None
+    ahead = list(itertools.islice(requests, batch_size))
+    return len(ahead), itertools.chain(ahead, requests)
 
 
 def _requests(bundle, input, num, *, prompt, infill, edit, length, mask_len, label):
@@ -161,9 +181,13 @@ def _requests(bundle, input, num, *, prompt, infill, edit, length, mask_len, lab
             check_spans(bundle)
         return itertools.repeat(t, num)
 
+    from tdiff.errors import DataError, UsageError
     from tdiff.io import display_name, iter_jsonl
 
     name = display_name(input)
+    label_index(bundle, label)
+    if length > window:
+        raise UsageError(f"--length {length}: more than the model's window of {window} tokens")
 
     def records():
         for n, rec in iter_jsonl(input):
@@ -172,6 +196,8 @@ def _requests(bundle, input, num, *, prompt, infill, edit, length, mask_len, lab
             t = control.from_record(rec, tok, window, name, n, mask_len)
             if t.label is None:
                 t.label = label
+            else:                                         # the record's own label is data: file:line, exit 65
+                label_index(bundle, t.label, f"{name}:{n}: 'label'", DataError)
             for _ in range(num):
                 yield t
 
@@ -182,23 +208,28 @@ def _sample_ar(model, output, num, batch_size, length, temperature, top_k, top_p
     """`tdiff sample` on a train-ar directory: transformers `generate` with the KV cache."""
     import time
 
-    from tdiff import log
+    from tdiff import control, log, memory
     from tdiff.ar import generate_ar, load_ar
     from tdiff.device import resolve_device, resolve_dtype
     from tdiff.io import JsonlWriter, open_output
 
+    text = control.literal(prompt, "--prompt") if prompt else None
     dev = resolve_device(device)
     dtype = resolve_dtype(dtype, dev)
     m, tok = load_ar(model, dev)
+    ids = tok.encode(text) if text else None
+    c = m.config
+    positions = min(c.n_positions, 1 + len(ids or []) + (length or c.n_positions))
+    memory.check_fits([(memory.kv_cache_bytes(min(batch_size, num), positions, c.n_embd, c.n_layer, c.vocab_size),
+                        "the keys and values of every position", f"--batch-size {batch_size}")], dev)
     t0 = time.perf_counter()
     ntok = 0
-    with open_output(output) as out:
+    with memory.out_of_memory_errors("try a smaller --batch-size"), open_output(output) as out:
         w = JsonlWriter(out, flush_every=1)
         for rec in generate_ar(m, tok, num, batch_size=batch_size, max_new_tokens=length, temperature=temperature,
-                               top_k=top_k, top_p=top_p, seed=seed, device=dev, dtype=dtype,
-                               prompt=tok.encode(prompt) if prompt else None):
-            if prompt:
-                rec["prompt"] = prompt
+                               top_k=top_k, top_p=top_p, seed=seed, device=dev, dtype=dtype, prompt=ids):
+            if text:
+                rec["prompt"] = text
             rec["solver"] = "ar"
             w.write(rec)
             ntok += len(rec["ids"])

@@ -45,12 +45,46 @@ def train(
 ):
     """Train the DiT denoiser in the VAE's latent space; the output file is self-contained."""
     common.start(ctx)
+    from tdiff import memory
     from tdiff.device import resolve_device
     from tdiff.training.train_dit import DiTTrainConfig, train_dit
 
     tc = DiTTrainConfig(preset=run.preset, schedule=schedule, target=target, self_condition=self_condition,
                         cond_prob=cond_prob, label_field=label_field, label_dropout=label_dropout, t_sampling=t_sampling, decoder_ce=decoder_ce, d_model=d_model,
                         n_layers=n_layers, batch_size=run.batch_size, holdout=run.holdout, loop=run.loop)
-    summary = train_dit(run.input, output, vae, tc, resolve_device(run.device), run.checkpoint_for(output),
-                        log_path=run.log, resume=run.resume)
+    device = resolve_device(run.device)
+    _check_memory(tc, vae, device)
+    with memory.out_of_memory_errors("try a smaller --batch-size or --d-model"):
+        summary = train_dit(run.input, output, vae, tc, device, run.checkpoint_for(output),
+                            log_path=run.log, resume=run.resume)
     log_summary(summary)
+
+
+def _check_memory(tc, vae: Path, device) -> None:
+    """A usage error before anything is read or built when the denoiser of TC cannot train in DEVICE's
+    memory (tdiff/memory.py): its parameters, and its activations over the VAE's latent sequence (with
+    --decoder-ce, the frozen decoder's too). A --vae that cannot be read is left to train_dit to report."""
+    import json
+
+    from tdiff import memory
+    from tdiff.artifacts import read_metadata
+    from tdiff.errors import TdiffError
+    from tdiff.models.dit import PRESETS
+
+    try:
+        v = json.loads(read_metadata(vae)["config"])["vae"]
+        length, stride, vae_width, vocab = v["max_len"], v["latent_stride"], v["d_model"], v["vocab_size"]
+        decoder_layers = v.get("n_dec_layers") or v["n_layers"]
+    except (TdiffError, ValueError, KeyError, TypeError):
+        return
+    if tc.preset not in PRESETS:
+        return                                           # train_dit names the bad preset
+    width = tc.d_model or PRESETS[tc.preset]["d_model"]
+    layers = tc.n_layers or PRESETS[tc.preset]["n_layers"]
+    acts = memory.activation_bytes(tc.batch_size, length // stride, width, layers, training=True)
+    if tc.decoder_ce > 0:
+        acts += memory.activation_bytes(tc.batch_size, length, vae_width, decoder_layers, training=True,
+                                        vocab=vocab)
+    memory.check_training(device, params=memory.transformer_params(width, layers, memory.DIT_BLOCK),
+                          ema=tc.loop.ema_decay > 0, activations=acts, preset=tc.preset, d_model=tc.d_model,
+                          n_layers=tc.n_layers, batch_option=f"--batch-size {tc.batch_size}")

@@ -47,6 +47,7 @@ def train_vae(
     Logs progress and a JSON summary (steps, time, held-out reconstruction accuracy) on stderr.
     """
     common.start(ctx)
+    from tdiff import memory
     from tdiff.device import resolve_device
     from tdiff.training.train_vae import VAETrainConfig, train_vae as train
 
@@ -55,6 +56,31 @@ def train_vae(
                         d_model=d_model, n_layers=n_layers, align=str(align) if align else "",
                         align_weight=align_weight, encoder=str(encoder) if encoder else "", batch_size=run.batch_size,
                         holdout=run.holdout, loop=run.loop)
-    summary = train(run.input, output, tokenizer, tc, resolve_device(run.device), run.checkpoint_for(output),
-                    log_path=run.log, resume=run.resume)
+    device = resolve_device(run.device)
+    _check_memory(tc, tokenizer, device)
+    with memory.out_of_memory_errors("try a smaller --batch-size, --max-len or --d-model"):
+        summary = train(run.input, output, tokenizer, tc, device, run.checkpoint_for(output),
+                        log_path=run.log, resume=run.resume)
     log_summary(summary)
+
+
+def _check_memory(tc, tokenizer: Path, device) -> None:
+    """A usage error before anything is read or built when the VAE of TC cannot train in DEVICE's
+    memory (tdiff/memory.py). Without --max-len the length is the smallest the data could give
+    (8 × --latent-stride), so the estimate stays below the real need."""
+    from tdiff import memory
+    from tdiff.models.vae import PRESETS
+    from tdiff.text.tokenizer import Tokenizer
+
+    if tc.preset not in PRESETS:
+        return                                           # train_vae names the bad preset
+    vocab = Tokenizer.load(tokenizer, option="-t/--tokenizer").vocab_size
+    width = tc.d_model or PRESETS[tc.preset]["d_model"]
+    layers = 2 * (tc.n_layers or PRESETS[tc.preset]["n_layers"])          # the encoder's and the decoder's
+    length = tc.max_len or 8 * tc.latent_stride
+    batch = f"--batch-size {tc.batch_size}" + (f" with --max-len {tc.max_len}" if tc.max_len else "")
+    memory.check_training(device, params=memory.transformer_params(width, layers, memory.VAE_BLOCK, vocab),
+                          ema=tc.loop.ema_decay > 0,
+                          activations=memory.activation_bytes(tc.batch_size, length, width, layers, training=True,
+                                                              vocab=vocab),
+                          preset=tc.preset, d_model=tc.d_model, n_layers=tc.n_layers, batch_option=batch)
