@@ -8,27 +8,279 @@ optional span conditioning) and turns its x0/eps/v output into an x0 estimate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import math
+import typing
+from dataclasses import MISSING, dataclass, field, fields
 
+from tdiff import artifacts, choices
 from tdiff.errors import DataError
-from tdiff import artifacts
 
 MODEL_KINDS = ("model", "student")
+MAX_INT = 2 ** 31 - 1      # no integer a config holds (sizes, ids, counts) is larger
+_TYPE_WORDS = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
+               dict: "a JSON object", list: "a list", None: "null"}
+# The config sections `load_bundle` reads besides vae, dit, schedule and timewarp (whose fields come
+# from their classes): {field: JSON type}, and the fields that must be present.
+DIFFUSION_FIELDS = {"target": str, "self_condition": bool, "known_spans": bool, "cond_prob": float}
+LABELS_FIELDS = {"field": str, "names": list}
+STUDENT_FIELDS = {"method": str, "steps": int, "solver": str, "time_grid": str, "from_steps": int,
+                  "rounds": list, "teacher": dict}
+REQUIRED = {"diffusion": ("target",), "labels": ("names",), "student": ("method", "steps", "solver")}
+
+
+# ---------------------------------------------------------------- checking what a file says
+
+
+def _show(value) -> str:
+    """VALUE as the file spells it, shortened."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _bad(path, where: str, problem: str) -> DataError:
+    """The error for config field WHERE of file PATH."""
+    return DataError(f"{path}: config field '{where}' {problem}")
+
+
+def _is(value, kind) -> bool:
+    """Whether JSON VALUE is of KIND (a type, or None for null). A bool is no integer or number,
+    an integer is a number, and a number is finite."""
+    if kind is None or value is None:
+        return value is kind
+    if isinstance(value, bool):
+        return kind is bool
+    if kind is float:
+        return isinstance(value, int) or isinstance(value, float) and math.isfinite(value)
+    return isinstance(value, kind)
+
+
+def check_object(path, where: str, d, spec: dict, required=(), closed: bool = True) -> dict:
+    """D, the JSON value at config field WHERE of file PATH, checked against SPEC {key: kind or tuple
+    of kinds (see `_is`)}: an object with the REQUIRED keys, each key of SPEC of its kind and, if
+    CLOSED, no other key. Returns D; a DataError names the first field at fault."""
+    if not isinstance(d, dict):
+        raise _bad(path, where, f"must be a JSON object, got {_show(d)}")
+    for key in required:
+        if key not in d:
+            raise _bad(path, f"{where}.{key}", "is missing")
+    for key, value in d.items():
+        if key not in spec:
+            if closed:
+                raise _bad(path, f"{where}.{key}", f"is an unknown key (known: {', '.join(sorted(spec))})")
+            continue
+        kinds = spec[key] if isinstance(spec[key], tuple) else (spec[key],)
+        if not any(_is(value, k) for k in kinds):
+            want = " or ".join(_TYPE_WORDS[k] for k in kinds)
+            raise _bad(path, f"{where}.{key}", f"must be {want}, got {_show(value)}")
+        if _is(value, int) and abs(value) > MAX_INT:
+            raise _bad(path, f"{where}.{key}", f"must be at most {MAX_INT:,} in size, got {_show(value)}")
+    return d
+
+
+def check_choice(path, where: str, value: str, known, noun: str) -> None:
+    """VALUE, the name of a NOUN, is one of KNOWN."""
+    if value not in known:
+        raise _bad(path, where, f"names an unknown {noun} {value!r} (known: {', '.join(known)})")
+
+
+def _dataclass_spec(cls) -> tuple[dict, tuple]:
+    """({field: kinds}, required fields) of a config dataclass, from its annotations."""
+    hints = typing.get_type_hints(cls)
+    spec = {f.name: tuple(None if a is type(None) else a for a in typing.get_args(hints[f.name]))
+            or hints[f.name] for f in fields(cls)}
+    required = tuple(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)
+    return spec, required
+
+
+def _options_spec(fn) -> dict:
+    """{option: kind} of FN's keyword options, from their defaults (an int default: an integer)."""
+    import inspect
+
+    return {p.name: type(p.default) for p in inspect.signature(fn).parameters.values() if p.name != "self"}
+
+
+def _section(path, config: dict, key: str, what: str) -> dict:
+    """Config section KEY of file PATH, which must be there (a DataError naming WHAT it holds)."""
+    if key not in config:
+        raise _bad(path, key, f"is missing (the {what})")
+    return config[key]
+
+
+def _from_config(path, where: str, build, *args, **kw):
+    """BUILD(*ARGS, **KW), a config class or module built from config field WHERE; its ValueError
+    (a ConfigError naming the key at fault, or another) becomes a DataError naming the file and field."""
+    try:
+        return build(*args, **kw)
+    except ValueError as e:
+        key, problem = getattr(e, "field", None), getattr(e, "problem", None)
+        if problem is None:
+            raise _bad(path, where, f"is not usable ({_first_line(e)})") from None
+        raise _bad(path, f"{where}.{key}" if key else where, problem) from None
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def vae_config(path, config: dict):
+    """The VAEConfig of file PATH's config (a DataError naming the field at fault)."""
+    from tdiff.models.vae import ENCODER_LM_FIELDS, VAEConfig
+
+    d = _section(path, config, "vae", "VAE's configuration; is this a tdiff model file?")
+    spec, required = _dataclass_spec(VAEConfig)
+    check_object(path, "vae", d, spec, required)
+    if d.get("encoder_lm") is not None:
+        check_object(path, "vae.encoder_lm", d["encoder_lm"], ENCODER_LM_FIELDS, tuple(ENCODER_LM_FIELDS))
+    return _from_config(path, "vae", VAEConfig.from_dict, d)
+
+
+def dit_config(path, config: dict, vae_cfg):
+    """The DiTConfig of file PATH's config, which must fit its VAE's latents VAE_CFG."""
+    from tdiff.models.dit import DiTConfig
+
+    d = _section(path, config, "dit", "denoiser's configuration")
+    spec, required = _dataclass_spec(DiTConfig)
+    cfg = _from_config(path, "dit", DiTConfig.from_dict, check_object(path, "dit", d, spec, required))
+    if cfg.latent_dim != vae_cfg.latent_dim:
+        raise _bad(path, "dit.latent_dim", f"must be the VAE's latent_dim ({vae_cfg.latent_dim}), got {cfg.latent_dim}")
+    if cfg.max_len != vae_cfg.latent_len:
+        raise _bad(path, "dit.max_len", f"must be the VAE's latent positions ({vae_cfg.latent_len}), got {cfg.max_len}")
+    return cfg
+
+
+def check_diffusion(path, config: dict, dit_cfg) -> dict:
+    """The `diffusion` section: a known target, and no input the denoiser was not built with."""
+    d = check_object(path, "diffusion", _section(path, config, "diffusion", "diffusion process"),
+                     DIFFUSION_FIELDS, REQUIRED["diffusion"])
+    check_choice(path, "diffusion.target", d["target"], choices.TARGETS, "target")
+    if not 0 <= d.get("cond_prob", 0) <= 1:
+        raise _bad(path, "diffusion.cond_prob", f"must be in [0, 1], got {d['cond_prob']}")
+    if d.get("self_condition", True) and not dit_cfg.self_condition:
+        raise _bad(path, "diffusion.self_condition", "is true (or absent) but the denoiser has no "
+                   "self-conditioning input (dit.self_condition is false)")
+    if d.get("known_spans", False) and not dit_cfg.cond_channels:
+        raise _bad(path, "diffusion.known_spans", "is true but the denoiser has no known-span input "
+                   "(dit.cond_channels is false)")
+    return d
+
+
+def check_labels(path, config: dict, dit_cfg) -> None:
+    """The `labels` section (absent for an unconditional model): one distinct name per class."""
+    d = config.get("labels")
+    names = [] if d is None else check_object(path, "labels", d, LABELS_FIELDS, REQUIRED["labels"])["names"]
+    if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        raise _bad(path, "labels.names", f"must be a list of distinct strings, got {_show(names)}")
+    if len(names) != dit_cfg.num_labels:
+        raise _bad(path, "labels.names", f"must name the denoiser's {dit_cfg.num_labels} labels "
+                   f"(dit.num_labels), got {len(names)}")
+
+
+def check_student(path, config: dict) -> None:
+    """The `student` section of a distilled student: its method, steps and solver."""
+    d = check_object(path, "student", _section(path, config, "student", "distilled student's settings"),
+                     STUDENT_FIELDS, REQUIRED["student"])
+    check_choice(path, "student.method", d["method"], choices.DISTILL_METHODS, "method")
+    check_choice(path, "student.solver", d["solver"], choices.SOLVERS, "solver")
+    if "time_grid" in d:
+        check_choice(path, "student.time_grid", d["time_grid"], choices.TIME_GRIDS, "time grid")
+    for key in ("steps", "from_steps"):
+        if d.get(key, 1) < 1:
+            raise _bad(path, f"student.{key}", f"must be >= 1, got {d[key]}")
+
+
+def check_train(path, train: dict) -> None:
+    """The training settings another run reads back (`distill` takes its teacher's label dropout)."""
+    tc = train.get("config", {})
+    if not isinstance(tc, dict):
+        raise DataError(f"{path}: train metadata field 'config' must be a JSON object, got {_show(tc)}")
+    dropout = tc.get("label_dropout", 0.0)
+    if not (_is(dropout, float) and 0 <= dropout <= 1):
+        raise DataError(f"{path}: train metadata field 'config.label_dropout' must be a number in [0, 1], "
+                        f"got {_show(dropout)}")
+
+
+def make_schedule_from(path, config: dict):
+    """The noise schedule of file PATH's `schedule` section (its learned parameters not yet loaded)."""
+    from tdiff.diffusion.schedules import SCHEDULES, make_schedule
+
+    d = _section(path, config, "schedule", "noise schedule")
+    name = check_object(path, "schedule", d, {"name": str}, ("name",), closed=False)["name"]
+    check_choice(path, "schedule.name", name, tuple(SCHEDULES), "schedule")
+    check_object(path, "schedule", d, {"name": str, **_options_spec(SCHEDULES[name].__init__)})
+    return _from_config(path, "schedule", make_schedule, **d)
+
+
+def make_timewarp_from(path, config: dict):
+    """The TimeWarp of file PATH's `timewarp` section, or None without one (curve not yet loaded)."""
+    from tdiff.diffusion.timewarp import TimeWarp
+
+    if "timewarp" not in config:
+        return None
+    d = check_object(path, "timewarp", config["timewarp"], _options_spec(TimeWarp.__init__))
+    return _from_config(path, "timewarp", TimeWarp, **d)
+
+
+# ---------------------------------------------------------------- tensors
+
+
+def _check_state(module, state: dict, path, prefix: str, what: str) -> None:
+    """The tensors STATE (stored under PREFIX.) are exactly MODULE's, with its shapes."""
+    own = module.state_dict()
+    for k, v in own.items():
+        if k not in state:
+            raise DataError(f"{path}: tensor '{prefix}.{k}' of the {what} is missing")
+        if tuple(state[k].shape) != tuple(v.shape):
+            raise DataError(f"{path}: tensor '{prefix}.{k}' has shape {tuple(state[k].shape)}; the {what} "
+                            f"of its configuration needs {tuple(v.shape)}")
+    for k in state:
+        if k not in own:
+            raise DataError(f"{path}: tensor '{prefix}.{k}' is no part of the {what} of its configuration")
+
+
+def _load_state(module, state: dict, path, prefix: str, what: str) -> None:
+    """Load STATE (the tensors under PREFIX.) into MODULE; a DataError names the first tensor at fault."""
+    _check_state(module, state, path, prefix, what)
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as e:
+        raise DataError(f"{path}: the {what}'s tensors cannot be loaded ({_first_line(e)})") from None
+
+
+def _build(path, where: str, make, state: dict, prefix: str, what: str):
+    """MAKE() with STATE loaded. The tensors are first checked against a shell built on the meta
+    device, so a config with absurd sizes costs no memory; a shell that cannot be built is a
+    DataError naming config field WHERE."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            shell = make()
+    except (RuntimeError, ValueError, TypeError, OverflowError, KeyError) as e:
+        raise _bad(path, where, f"describes no buildable network ({_first_line(e)})") from None
+    _check_state(shell, state, path, prefix, what)
+    module = make()
+    _load_state(module, state, path, prefix, what)
+    return module
+
+
+# ---------------------------------------------------------------- loading
 
 
 def load_vae(path, device="cpu"):
     """(TextVAE in eval mode, Tokenizer, Artifact) from a `vae` or `model` artifact."""
-    from tdiff.models.vae import TextVAE, VAEConfig
+    from tdiff.models.vae import TextVAE
 
     art = artifacts.load_artifact(path, expect=("vae",) + MODEL_KINDS, device="cpu")
-    if "vae" not in art.config:
-        raise DataError(f"{path}: holds no VAE configuration")
-    try:
-        vae = TextVAE(VAEConfig.from_dict(art.config["vae"]))
-    except ValueError as e:
-        raise DataError(f"{path}: {e}") from None
-    _load_state(vae, art.sub("vae"), path, "VAE")
-    return vae.to(device).eval(), load_tokenizer(art), art
+    cfg = vae_config(path, art.config)
+    tok = load_tokenizer(art)
+    if cfg.vocab_size != tok.vocab_size:
+        raise _bad(path, "vae.vocab_size", f"must be its tokenizer's vocabulary size ({tok.vocab_size}), "
+                   f"got {cfg.vocab_size}")
+    if cfg.pad_id != tok.pad_id:
+        raise _bad(path, "vae.pad_id", f"must be its tokenizer's pad id ({tok.pad_id}), got {cfg.pad_id}")
+    vae = _build(path, "vae", lambda: TextVAE(cfg), art.sub("vae"), "vae", "VAE")
+    return vae.to(device).eval(), tok, art
 
 
 def load_tokenizer(art):
@@ -37,14 +289,8 @@ def load_tokenizer(art):
 
     if art.tokenizer is None:
         raise DataError(f"{art.path}: holds no tokenizer")
-    return Tokenizer.from_bytes(art.tokenizer, art.tokenizer_meta)
-
-
-def _load_state(module, state, path, what):
-    try:
-        module.load_state_dict(state)
-    except RuntimeError as e:
-        raise DataError(f"{path}: {what} weights do not match its configuration ({str(e).splitlines()[0]})") from None
+    return Tokenizer.from_bytes(art.tokenizer, art.tokenizer_meta, name=f"{art.path}: its tokenizer",
+                                hint="the file is damaged")
 
 
 @dataclass
@@ -146,29 +392,26 @@ class Bundle:
 
 
 def load_bundle(path, device="cpu", use_ema: bool = True) -> Bundle:
-    """The whole model from one `model`/`student` artifact; nothing else is read."""
-    from tdiff.diffusion.schedules import make_schedule
-    from tdiff.models.dit import DiT, DiTConfig
+    """The whole model from one `model`/`student` artifact; nothing else is read. Every config
+    field and tensor is checked first: a damaged file is a DataError naming the file and the field."""
+    from tdiff.models.dit import DiT
 
     vae, tok, art = load_vae(path, device)
     if "dit" not in art.config:
         raise DataError(f"{path}: a VAE file, not a diffusion model (train one with `tdiff train`)")
-    try:
-        dit = DiT(DiTConfig.from_dict(art.config["dit"]))
-    except (ValueError, TypeError) as e:
-        raise DataError(f"{path}: {e}") from None
+    dit_cfg = dit_config(path, art.config, vae.config)
+    diffusion = check_diffusion(path, art.config, dit_cfg)
+    check_labels(path, art.config, dit_cfg)
+    if art.kind == "student":
+        check_student(path, art.config)
+    check_train(path, art.train)
     prefix = "dit_ema" if use_ema and any(k.startswith("dit_ema.") for k in art.tensors) else "dit"
-    _load_state(dit, art.sub(prefix), path, "denoiser")
-    schedule = make_schedule(**art.config["schedule"])
-    sched_state = art.sub("schedule")
-    if sched_state:
-        _load_state(schedule, sched_state, path, "schedule")
-    warp = None
-    if "timewarp" in art.config:
-        from tdiff.diffusion.timewarp import TimeWarp
-
-        warp = TimeWarp(**art.config["timewarp"])
-        _load_state(warp, art.sub("timewarp"), path, "time warp")
+    dit = _build(path, "dit", lambda: DiT(dit_cfg), art.sub(prefix), prefix, "denoiser")
+    schedule = make_schedule_from(path, art.config)
+    _load_state(schedule, art.sub("schedule"), path, "schedule", "noise schedule")
+    _from_config(path, "schedule", schedule.check)
+    warp = make_timewarp_from(path, art.config)
+    if warp is not None:
+        _load_state(warp, art.sub("timewarp"), path, "timewarp", "time warp")
     return Bundle(vae=vae, dit=dit.to(device).eval(), schedule=schedule.to(device).eval(), tokenizer=tok,
-                  diffusion=art.config["diffusion"], config=art.config, train=art.train, kind=art.kind,
-                  timewarp=warp)
+                  diffusion=diffusion, config=art.config, train=art.train, kind=art.kind, timewarp=warp)

@@ -38,6 +38,32 @@ from torch.nn import functional as F
 
 LOGSNR_MIN = -15.0
 LOGSNR_MAX = 15.0
+LOGSNR_LIMIT = 50.0   # clipping bounds beyond ±this leave float64 nothing to resolve at the ends
+MAX_KNOTS = 4096      # more knots than this is a damaged setting, not a schedule
+
+
+class ConfigError(ValueError):
+    """A bad setting of a schedule or time warp: FIELD, the key at fault ("" for the whole), and
+    PROBLEM, what is wrong with it, so that a loader can name the file and the full field
+    (tdiff/bundle.py; tdiff.models.layers.ConfigError is the same for the networks)."""
+
+    def __init__(self, what: str, field: str, problem: str):
+        super().__init__(f"{what}: {field} {problem}" if field else f"{what}: {problem}")
+        self.field, self.problem = field, problem
+
+
+def require(ok: bool, what: str, field: str, problem: str) -> None:
+    """Raise ConfigError(WHAT, FIELD, PROBLEM) unless OK."""
+    if not ok:
+        raise ConfigError(what, field, problem)
+
+
+def _check_clipping(what: str, logsnr_min: float, logsnr_max: float) -> None:
+    """-LOGSNR_LIMIT <= logsnr_min < logsnr_max <= LOGSNR_LIMIT (ConfigError otherwise)."""
+    require(-LOGSNR_LIMIT <= logsnr_min <= LOGSNR_LIMIT, what, "logsnr_min",
+            f"must be in [-{LOGSNR_LIMIT:g}, {LOGSNR_LIMIT:g}], got {logsnr_min}")
+    require(logsnr_min < logsnr_max <= LOGSNR_LIMIT, what, "logsnr_max",
+            f"must be in (logsnr_min, {LOGSNR_LIMIT:g}] = ({logsnr_min}, {LOGSNR_LIMIT:g}], got {logsnr_max}")
 
 
 def _sigmoid(x: float) -> float:
@@ -105,6 +131,15 @@ class Schedule(nn.Module, metaclass=abc.ABCMeta):
         """Keyword arguments such that ``make_schedule(**config)`` rebuilds this schedule."""
 
     @torch.no_grad()
+    def check(self) -> None:
+        """ConfigError unless λ is finite at t = 0 and t = 1 and falls from one to the other (a
+        schedule built from damaged settings or learned parameters fails here, not mid-sampling)."""
+        ends = self.log_snr(torch.tensor([0.0, 1.0], dtype=torch.float64))
+        lam0, lam1 = float(ends[0]), float(ends[1])
+        require(math.isfinite(lam0) and math.isfinite(lam1) and lam0 > lam1, f"{self.name} schedule", "",
+                f"is degenerate: log-SNR {lam0:g} at t = 0 and {lam1:g} at t = 1 (need finite, falling)")
+
+    @torch.no_grad()
     def t_from_log_snr(self, lam: torch.Tensor, iters: int = 64) -> torch.Tensor:
         """Inverse of λ(t) by bisection on [0, 1] (float64; λ is monotone).
 
@@ -139,8 +174,7 @@ class CosineSchedule(Schedule):
 
     def __init__(self, logsnr_min: float = LOGSNR_MIN, logsnr_max: float = LOGSNR_MAX):
         super().__init__()
-        if not logsnr_min < logsnr_max:
-            raise ValueError(f"cosine schedule: need logsnr_min < logsnr_max, got {logsnr_min}, {logsnr_max}")
+        _check_clipping(f"{self.name} schedule", logsnr_min, logsnr_max)
         self.logsnr_min = float(logsnr_min)
         self.logsnr_max = float(logsnr_max)
         self.theta_min = math.atan(math.exp(-0.5 * self.logsnr_max))
@@ -180,10 +214,9 @@ class LinearSchedule(Schedule):
     def __init__(self, beta0: float = 0.1, beta1: float = 20.0, logsnr_min: float = LOGSNR_MIN,
                  logsnr_max: float = LOGSNR_MAX):
         super().__init__()
-        if not (beta0 > 0 and beta1 >= beta0):
-            raise ValueError(f"linear schedule: need 0 < beta0 <= beta1, got {beta0}, {beta1}")
-        if not logsnr_min < logsnr_max:
-            raise ValueError(f"linear schedule: need logsnr_min < logsnr_max, got {logsnr_min}, {logsnr_max}")
+        require(beta0 > 0, "linear schedule", "beta0", f"must be > 0, got {beta0}")
+        require(beta1 >= beta0, "linear schedule", "beta1", f"must be >= beta0 ({beta0}), got {beta1}")
+        _check_clipping("linear schedule", logsnr_min, logsnr_max)
         self.beta0, self.beta1 = float(beta0), float(beta1)
         self.logsnr_min, self.logsnr_max = float(logsnr_min), float(logsnr_max)
         self.u_min = self._u_of_gamma(_softplus(-self.logsnr_max))
@@ -231,10 +264,8 @@ class SqrtSchedule(Schedule):
 
     def __init__(self, s: float = 1e-4, logsnr_min: float = LOGSNR_MIN, logsnr_max: float = LOGSNR_MAX):
         super().__init__()
-        if not 0 < s < 1:
-            raise ValueError(f"sqrt schedule: need 0 < s < 1, got {s}")
-        if not logsnr_min < logsnr_max:
-            raise ValueError(f"sqrt schedule: need logsnr_min < logsnr_max, got {logsnr_min}, {logsnr_max}")
+        require(0 < s < 1, "sqrt schedule", "s", f"must be in (0, 1), got {s}")
+        _check_clipping("sqrt schedule", logsnr_min, logsnr_max)
         self.s = float(s)
         self.logsnr_min, self.logsnr_max = float(logsnr_min), float(logsnr_max)
         # u at which λ = L:  1 − sqrt(u + s) = sigmoid(L)  ⇔  u = sigmoid(−L)² − s
@@ -303,10 +334,8 @@ class LearnedSchedule(CosineSchedule):
     def __init__(self, knots: int = 16, smooth: float = 1e-3, logsnr_min: float = LOGSNR_MIN,
                  logsnr_max: float = LOGSNR_MAX):
         super().__init__(logsnr_min, logsnr_max)
-        if int(knots) < 2:
-            raise ValueError(f"learned schedule: need knots >= 2, got {knots}")
-        if smooth < 0:
-            raise ValueError(f"learned schedule: need smooth >= 0, got {smooth}")
+        require(2 <= int(knots) <= MAX_KNOTS, "learned schedule", "knots", f"must be in 2..{MAX_KNOTS}, got {knots}")
+        require(smooth >= 0, "learned schedule", "smooth", f"must be >= 0, got {smooth}")
         self.knots = int(knots)
         self.smooth = float(smooth)
         self.raw_delta = nn.Parameter(torch.zeros(self.knots))
@@ -373,15 +402,17 @@ SCHEDULES: dict[str, type[Schedule]] = {
 def make_schedule(name: str = "cosine", **kw) -> Schedule:
     """Build a schedule by name; ``make_schedule(**s.config())`` rebuilds ``s`` (learned
     parameters come back with ``load_state_dict``).  Unknown names or keys are errors."""
-    if name not in SCHEDULES:
-        raise ValueError(f"unknown noise schedule {name!r}; choose one of: {', '.join(SCHEDULES)}")
-    cls = SCHEDULES[name]
-    allowed = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-    unknown = sorted(set(kw) - set(allowed))
-    if unknown:
-        raise ValueError(f"unknown option(s) {', '.join(unknown)} for the {name!r} schedule; "
-                         f"allowed: {', '.join(allowed)}")
-    return cls(**kw)
+    require(isinstance(name, str) and name in SCHEDULES, "noise schedule", "name",
+            f"names an unknown schedule {name!r} (known: {', '.join(SCHEDULES)})")
+    allowed = [p for p in inspect.signature(SCHEDULES[name].__init__).parameters if p != "self"]
+    for key in kw:
+        require(key in allowed, f"{name} schedule", key, f"is an unknown option (allowed: {', '.join(allowed)})")
+    try:
+        schedule = SCHEDULES[name](**kw)
+    except (OverflowError, ZeroDivisionError) as e:
+        raise ConfigError(f"{name} schedule", "", f"cannot be computed with these settings ({e})") from None
+    schedule.check()
+    return schedule
 
 
 def vdm_variance_loss(schedule: Schedule, t: torch.Tensor, eps_mse_per_example: torch.Tensor) -> torch.Tensor:

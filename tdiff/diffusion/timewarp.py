@@ -26,6 +26,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from tdiff.diffusion.schedules import require
+
+MAX_BINS = 4096     # more bins than this is a damaged setting, not a time warp
+
 
 def isotonic(y: torch.Tensor) -> torch.Tensor:
     """Least-squares non-decreasing fit to Y (n,), by pool-adjacent-violators (Barlow et al. 1972)."""
@@ -42,8 +46,10 @@ def isotonic(y: torch.Tensor) -> torch.Tensor:
 class TimeWarp(nn.Module):
     def __init__(self, bins: int = 64, uniform: float = 0.2, momentum: float = 0.98, warmup: int = 20):
         super().__init__()
-        if bins < 2 or not 0 < uniform <= 1 or not 0 <= momentum < 1 or warmup < 0:
-            raise ValueError("TimeWarp: need bins >= 2, 0 < uniform <= 1, 0 <= momentum < 1, warmup >= 0")
+        require(2 <= bins <= MAX_BINS, "time warp", "bins", f"must be in 2..{MAX_BINS}, got {bins}")
+        require(0 < uniform <= 1, "time warp", "uniform", f"must be in (0, 1], got {uniform}")
+        require(0 <= momentum < 1, "time warp", "momentum", f"must be in [0, 1), got {momentum}")
+        require(warmup >= 0, "time warp", "warmup", f"must be >= 0, got {warmup}")
         self.bins, self.uniform, self.momentum, self.warmup = bins, uniform, momentum, warmup
         edges = (torch.arange(bins, dtype=torch.float64) + 1) / bins
         self.register_buffer("curve", edges)                                  # (bins,) E[ℓ | t in bin]; start: uniform

@@ -26,13 +26,13 @@ There is no padding mask: latent sequences are fixed length and pads are part of
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tdiff.models.layers import MLP, MLP_KINDS, Attention, mlp_hidden, rotary_cos_sin
+from tdiff.models.layers import MLP, Attention, check_keys, check_transformer, mlp_hidden, require, rotary_cos_sin
 
 # Architecture presets; latent_dim and max_len come from the VAE.
 PRESETS = {
@@ -61,21 +61,17 @@ class DiTConfig:
     time_scale: float = 1000.0     # t ∈ [0, 1] is embedded as t · time_scale
 
     def __post_init__(self):
-        def bad(msg):
-            raise ValueError(f"DiT config: {msg}")
+        def need(ok, field, problem):
+            require(ok, "DiT", field, problem)
 
-        if self.latent_dim < 1 or self.max_len < 1 or self.n_layers < 1:
-            bad("latent_dim, max_len and n_layers must be >= 1")
-        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
-            bad(f"d_model ({self.d_model}) / n_heads ({self.n_heads}) must be an even integer (rotary)")
-        if self.mlp not in MLP_KINDS:
-            bad(f"mlp must be one of {MLP_KINDS}, got {self.mlp!r}")
-        if self.num_labels < 0:
-            bad(f"num_labels must be >= 0, got {self.num_labels}")
-        if not 0.0 <= self.dropout < 1.0:
-            bad(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.time_freq_dim % 2:
-            bad("time_freq_dim must be even")
+        need(self.latent_dim >= 1, "latent_dim", f"must be >= 1, got {self.latent_dim}")
+        need(self.max_len >= 1, "max_len", f"must be >= 1, got {self.max_len}")
+        check_transformer("DiT", self.d_model, self.n_heads, self.n_layers, self.mlp_ratio, self.mlp,
+                          self.dropout, self.rope_base)
+        need(self.num_labels >= 0, "num_labels", f"must be >= 0, got {self.num_labels}")
+        need(self.time_freq_dim >= 2 and self.time_freq_dim % 2 == 0, "time_freq_dim",
+             f"must be even and >= 2, got {self.time_freq_dim}")
+        need(self.time_scale > 0, "time_scale", f"must be > 0, got {self.time_scale}")
 
     @property
     def in_channels(self) -> int:
@@ -88,10 +84,7 @@ class DiTConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "DiTConfig":
         """Rebuild from `to_dict()` output; unknown keys are an error, not silently dropped."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"DiT config: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        check_keys(cls, d, "DiT")
         return cls(**d)
 
     @classmethod

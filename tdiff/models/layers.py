@@ -17,11 +17,56 @@ rotation are computed in float32 and cast back to the input dtype.
 
 from __future__ import annotations
 
+from dataclasses import MISSING, fields
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 MLP_KINDS = ("gelu", "swiglu")
+MAX_LAYERS = 256       # a config asking for more is damaged, not a model (it would take long to even build)
+
+
+class ConfigError(ValueError):
+    """A bad value in a network configuration: FIELD, the key at fault, and PROBLEM, what is wrong
+    with it (a phrase such as "must be >= 1, got 0"). A loader names the file and the full field
+    from them (tdiff/bundle.py); str() reads "<WHAT> config: <field> <problem>"."""
+
+    def __init__(self, what: str, field: str, problem: str):
+        super().__init__(f"{what} config: {field} {problem}")
+        self.field, self.problem = field, problem
+
+
+def require(ok: bool, what: str, field: str, problem: str) -> None:
+    """Raise ConfigError(WHAT, FIELD, PROBLEM) unless OK."""
+    if not ok:
+        raise ConfigError(what, field, problem)
+
+
+def check_keys(cls, d: dict, what: str) -> None:
+    """D may build dataclass CLS: no unknown key (nothing is silently dropped) and every key without
+    a default present (ConfigError naming the first key at fault)."""
+    known = {f.name: f for f in fields(cls)}
+    for key in d:
+        require(key in known, what, str(key), f"is an unknown key (known: {', '.join(sorted(known))})")
+    for name, f in known.items():
+        required = f.default is MISSING and f.default_factory is MISSING
+        require(name in d or not required, what, name, "is missing")
+
+
+def check_transformer(what: str, d_model: int, n_heads: int, n_layers: int, mlp_ratio: float, mlp: str,
+                      dropout: float, rope_base: float) -> None:
+    """The size fields shared by the VAE and the DiT: positive sizes, an even rotary head
+    dimension, a non-empty MLP, dropout in [0, 1), a rotary base above 1 (ConfigError otherwise)."""
+    require(d_model >= 1, what, "d_model", f"must be >= 1, got {d_model}")
+    require(1 <= n_heads and d_model % n_heads == 0 and (d_model // n_heads) % 2 == 0, what, "n_heads",
+            f"must divide d_model ({d_model}) into heads of an even size (rotary), got {n_heads}")
+    require(1 <= n_layers <= MAX_LAYERS, what, "n_layers", f"must be in 1..{MAX_LAYERS}, got {n_layers}")
+    require(mlp in MLP_KINDS, what, "mlp", f"must be one of {', '.join(MLP_KINDS)}, got {mlp!r}")
+    require(mlp_ratio > 0 and mlp_hidden(d_model, mlp_ratio, mlp) >= 1, what, "mlp_ratio",
+            f"must give a hidden width >= 1 (ratio > 0), got {mlp_ratio}")
+    require(0.0 <= dropout < 1.0, what, "dropout", f"must be in [0, 1), got {dropout}")
+    require(rope_base > 1.0, what, "rope_base", f"must be > 1, got {rope_base}")
 
 
 class RMSNorm(nn.Module):

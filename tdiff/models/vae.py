@@ -42,7 +42,7 @@ Design choices (each one matters for the diffusion model that lives in this late
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 import torch
@@ -50,12 +50,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tdiff.data import text_lengths  # noqa: F401  (re-exported: the decoded length)
-from tdiff.models.layers import MLP_KINDS, Block, RMSNorm, init_weights, rotary_cos_sin
+from tdiff.models.layers import (MAX_LAYERS, Block, RMSNorm, check_keys, check_transformer, init_weights, require,
+                                 rotary_cos_sin)
 
 LATENT_STRIDES = (1, 2, 4)
-# GPT2Config fields a frozen encoder is rebuilt from (stored in the VAE config).
-ENCODER_LM_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "bos_token_id", "pad_token_id",
-                   "activation_function", "layer_norm_epsilon")
+MAX_LEN = 65536      # tokens per sequence; a config asking for more is damaged, not a model
+# GPT2Config fields a frozen encoder is rebuilt from (stored in the VAE config), and their types.
+ENCODER_LM_FIELDS = {"vocab_size": int, "n_positions": int, "n_embd": int, "n_layer": int, "n_head": int,
+                     "bos_token_id": int, "pad_token_id": int, "activation_function": str,
+                     "layer_norm_epsilon": float}
+ENCODER_LM_KEYS = tuple(ENCODER_LM_FIELDS)
 
 # Architecture presets; vocab_size and max_len come from the data, latent_dim/stride from flags.
 PRESETS = {
@@ -86,32 +90,53 @@ class VAEConfig:
     encoder_lm: Optional[dict] = None  # frozen GPT-2 encoder (GPT2Config fields), or None: token embedding
 
     def __post_init__(self):
-        def bad(msg):
-            raise ValueError(f"VAE config: {msg}")
+        def need(ok, field, problem):
+            require(ok, "VAE", field, problem)
 
-        if self.vocab_size < 2:
-            bad(f"vocab_size must be >= 2, got {self.vocab_size}")
-        if not 0 <= self.pad_id < self.vocab_size:
-            bad(f"pad_id {self.pad_id} outside the vocabulary (size {self.vocab_size})")
-        if self.latent_stride not in LATENT_STRIDES:
-            bad(f"latent_stride must be one of {LATENT_STRIDES}, got {self.latent_stride}")
-        if self.max_len < 1 or self.max_len % self.latent_stride:
-            bad(f"max_len ({self.max_len}) must be a positive multiple of latent_stride ({self.latent_stride})")
-        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
-            bad(f"d_model ({self.d_model}) / n_heads ({self.n_heads}) must be an even integer (rotary)")
-        if self.mlp not in MLP_KINDS:
-            bad(f"mlp must be one of {MLP_KINDS}, got {self.mlp!r}")
-        if self.latent_dim < 1 or self.n_layers < 1 or (self.n_dec_layers is not None and self.n_dec_layers < 1):
-            bad("latent_dim, n_layers and n_dec_layers must be >= 1")
-        if not 0.0 <= self.dropout < 1.0 or self.latent_noise < 0 or self.pad_weight < 0:
-            bad("need 0 <= dropout < 1, latent_noise >= 0, pad_weight >= 0")
+        need(self.vocab_size >= 2, "vocab_size", f"must be >= 2, got {self.vocab_size}")
+        need(0 <= self.pad_id < self.vocab_size, "pad_id",
+             f"must be a token of the vocabulary (0..{self.vocab_size - 1}), got {self.pad_id}")
+        need(self.latent_stride in LATENT_STRIDES, "latent_stride",
+             f"must be one of {', '.join(map(str, LATENT_STRIDES))}, got {self.latent_stride}")
+        need(1 <= self.max_len <= MAX_LEN and self.max_len % self.latent_stride == 0, "max_len",
+             f"must be a multiple of latent_stride ({self.latent_stride}) in 1..{MAX_LEN}, got {self.max_len}")
+        check_transformer("VAE", self.d_model, self.n_heads, self.n_layers, self.mlp_ratio, self.mlp,
+                          self.dropout, self.rope_base)
+        need(self.n_dec_layers is None or 1 <= self.n_dec_layers <= MAX_LAYERS, "n_dec_layers",
+             f"must be in 1..{MAX_LAYERS} (or null: n_layers), got {self.n_dec_layers}")
+        need(self.latent_dim >= 1, "latent_dim", f"must be >= 1, got {self.latent_dim}")
+        need(self.latent_noise >= 0, "latent_noise", f"must be >= 0, got {self.latent_noise}")
+        need(self.pad_weight >= 0, "pad_weight", f"must be >= 0, got {self.pad_weight}")
         if self.encoder_lm is not None:
-            missing = sorted(set(ENCODER_LM_KEYS) - set(self.encoder_lm))
-            if missing or self.encoder_lm["vocab_size"] != self.vocab_size:
-                bad(f"encoder_lm needs {', '.join(ENCODER_LM_KEYS)} and the VAE's vocabulary (missing: {missing})")
-            if self.encoder_lm["n_positions"] < self.max_len + 1:
-                bad(f"the frozen encoder reads {self.encoder_lm['n_positions']} positions, fewer than max_len + 1 = "
-                    f"{self.max_len + 1} (train it with `train-ar --max-len {self.max_len + 1}` or more)")
+            self._check_encoder_lm(self.encoder_lm)
+
+    def _check_encoder_lm(self, lm: dict) -> None:
+        """The frozen encoder's GPT2Config fields: all of ENCODER_LM_FIELDS, the VAE's vocabulary,
+        room for [bos] + max_len positions, a known activation (ConfigError otherwise)."""
+        def need(ok, field, problem):
+            require(ok, "VAE", f"encoder_lm.{field}", problem)
+
+        for key in ENCODER_LM_FIELDS:
+            need(key in lm, key, f"is missing (the frozen encoder needs {', '.join(ENCODER_LM_FIELDS)})")
+        for key in lm:
+            need(key in ENCODER_LM_FIELDS, key, f"is an unknown key (known: {', '.join(ENCODER_LM_FIELDS)})")
+        need(lm["vocab_size"] == self.vocab_size, "vocab_size",
+             f"must be the VAE's vocabulary ({self.vocab_size}), got {lm['vocab_size']}")
+        need(lm["n_positions"] >= self.max_len + 1, "n_positions",
+             f"must be at least max_len + 1 = {self.max_len + 1} (the frozen encoder reads [bos] + the text; "
+             f"train it with `train-ar --max-len {self.max_len + 1}` or more), got {lm['n_positions']}")
+        need(1 <= lm["n_layer"] <= MAX_LAYERS, "n_layer", f"must be in 1..{MAX_LAYERS}, got {lm['n_layer']}")
+        need(lm["n_embd"] >= 1, "n_embd", f"must be >= 1, got {lm['n_embd']}")
+        need(lm["n_head"] >= 1 and lm["n_embd"] % lm["n_head"] == 0, "n_head",
+             f"must divide n_embd ({lm['n_embd']}), got {lm['n_head']}")
+        for key in ("bos_token_id", "pad_token_id"):
+            need(0 <= lm[key] < self.vocab_size, key,
+                 f"must be a token of the vocabulary (0..{self.vocab_size - 1}), got {lm[key]}")
+        need(lm["layer_norm_epsilon"] > 0, "layer_norm_epsilon", f"must be > 0, got {lm['layer_norm_epsilon']}")
+        from transformers.activations import ACT2FN
+
+        need(lm["activation_function"] in ACT2FN, "activation_function",
+             f"must be an activation transformers knows, got {lm['activation_function']!r}")
 
     @property
     def dec_layers(self) -> int:
@@ -128,14 +153,8 @@ class VAEConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "VAEConfig":
         """Rebuild from `to_dict()` output; unknown keys are an error, not silently dropped."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"VAE config: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-        try:
-            return cls(**d)
-        except TypeError as e:  # a required key is missing
-            raise ValueError(f"VAE config: {e}") from None
+        check_keys(cls, d, "VAE")
+        return cls(**d)
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "VAEConfig":
@@ -178,7 +197,10 @@ class TextVAE(nn.Module):
         if c.encoder_lm is not None:  # built after init_weights: its weights are loaded, never trained
             from transformers import GPT2Config, GPT2Model
 
-            self.encoder_lm = GPT2Model(GPT2Config(**c.encoder_lm, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+            # no eos: the encoder never generates (GPT2Config's default, 50256, lies outside a tdiff vocabulary
+            # and draws a transformers warning)
+            self.encoder_lm = GPT2Model(GPT2Config(**c.encoder_lm, eos_token_id=None, resid_pdrop=0.0, embd_pdrop=0.0,
+                                                   attn_pdrop=0.0))
             self.encoder_lm.requires_grad_(False)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
