@@ -69,3 +69,20 @@ class AfterTrainingError(TdiffError):
     def __init__(self, message: str, checkpoint, exit_code: int = EXIT_FAILURE):
         super().__init__(message, exit_code)
         self.checkpoint = checkpoint
+
+
+class ConfigError(ValueError):
+    """A bad value in a stored configuration (a network, a schedule, a time warp): FIELD, the key at
+    fault ("" for the whole), and PROBLEM, what is wrong with it (a phrase such as "must be >= 1,
+    got 0"). Not a user-facing error by itself: a loader (tdiff/bundle.py) turns it into a DataError
+    naming the file and the full field; str() reads "<WHAT>: <field> <problem>"."""
+
+    def __init__(self, what: str, field: str, problem: str):
+        super().__init__(f"{what}: {field} {problem}" if field else f"{what}: {problem}")
+        self.field, self.problem = field, problem
+
+
+def require(ok: bool, what: str, field: str, problem: str) -> None:
+    """Raise ConfigError(WHAT, FIELD, PROBLEM) unless OK."""
+    if not ok:
+        raise ConfigError(what, field, problem)

@@ -210,11 +210,15 @@ def test_an_output_under_a_file_is_refused_creating_nothing(work, tmp_path, caps
 # ---------------------------------------------------------------- 5, 14, 15, 16
 
 
-def test_deeply_nested_json_with_an_escape_is_one_line(tmp_path, capsys):
-    """~600 levels holding a lone surrogate escape: exit 65 naming file:line (no RecursionError)."""
+def test_deeply_nested_json_with_an_escape_is_one_line(work, tmp_path, capsys):
+    """~600 levels holding a lone surrogate escape: exit 65 naming file:line (no RecursionError);
+    the library's lenient reading repairs it without recursion."""
     deep = '{"text": "abc", "x": ' + "[" * 600 + '"\\ud800"' + "]" * 600 + "}"
     f = tmp_path / "deep.jsonl"
     f.write_text('{"text": "ok"}\n' + deep + "\n")
+    r = run_in_process(["tokenize", "--model", work / "tok.model", "-i", f, "-o", tmp_path / "ids.jsonl"], capsys)
+    one_line_error(r, 65, "deep.jsonl:2", "lone surrogate")
+    assert not (tmp_path / "ids.jsonl").exists()
     from tdiff.errors import DataError
     from tdiff.io import iter_jsonl
 

@@ -71,12 +71,17 @@ def _check_memory(tc, vae: Path, device) -> None:
     from tdiff.errors import TdiffError
     from tdiff.models.dit import PRESETS
 
+    from tdiff.bundle import vae_config
+
     try:
-        v = json.loads(read_metadata(vae)["config"])["vae"]
-        length, stride, vae_width, vocab = v["max_len"], v["latent_stride"], v["d_model"], v["vocab_size"]
-        decoder_layers = v.get("n_dec_layers") or v["n_layers"]
-    except (TdiffError, ValueError, KeyError, TypeError):
+        config = json.loads(read_metadata(vae)["config"])
+        v = vae_config(vae, config) if isinstance(config, dict) else None      # the validated fields
+    except (TdiffError, ValueError, KeyError):
+        return                                           # train_dit reports the bad file
+    if v is None:
         return
+    length, stride, vae_width, vocab = v.max_len, v.latent_stride, v.d_model, v.vocab_size
+    decoder_layers = v.n_dec_layers or v.n_layers
     if tc.preset not in PRESETS:
         return                                           # train_dit names the bad preset
     width = tc.d_model or PRESETS[tc.preset]["d_model"]

@@ -36,26 +36,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from tdiff.errors import ConfigError, require
+
 LOGSNR_MIN = -15.0
 LOGSNR_MAX = 15.0
 LOGSNR_LIMIT = 50.0   # clipping bounds beyond ±this leave float64 nothing to resolve at the ends
 MAX_KNOTS = 4096      # more knots than this is a damaged setting, not a schedule
-
-
-class ConfigError(ValueError):
-    """A bad setting of a schedule or time warp: FIELD, the key at fault ("" for the whole), and
-    PROBLEM, what is wrong with it, so that a loader can name the file and the full field
-    (tdiff/bundle.py; tdiff.models.layers.ConfigError is the same for the networks)."""
-
-    def __init__(self, what: str, field: str, problem: str):
-        super().__init__(f"{what}: {field} {problem}" if field else f"{what}: {problem}")
-        self.field, self.problem = field, problem
-
-
-def require(ok: bool, what: str, field: str, problem: str) -> None:
-    """Raise ConfigError(WHAT, FIELD, PROBLEM) unless OK."""
-    if not ok:
-        raise ConfigError(what, field, problem)
 
 
 def _check_clipping(what: str, logsnr_min: float, logsnr_max: float) -> None:

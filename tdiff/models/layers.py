@@ -23,24 +23,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from tdiff import errors
+
 MLP_KINDS = ("gelu", "swiglu")
 MAX_LAYERS = 256       # a config asking for more is damaged, not a model (it would take long to even build)
 
 
-class ConfigError(ValueError):
-    """A bad value in a network configuration: FIELD, the key at fault, and PROBLEM, what is wrong
-    with it (a phrase such as "must be >= 1, got 0"). A loader names the file and the full field
-    from them (tdiff/bundle.py); str() reads "<WHAT> config: <field> <problem>"."""
-
-    def __init__(self, what: str, field: str, problem: str):
-        super().__init__(f"{what} config: {field} {problem}")
-        self.field, self.problem = field, problem
-
-
 def require(ok: bool, what: str, field: str, problem: str) -> None:
-    """Raise ConfigError(WHAT, FIELD, PROBLEM) unless OK."""
-    if not ok:
-        raise ConfigError(what, field, problem)
+    """Raise tdiff.errors.ConfigError("<WHAT> config", FIELD, PROBLEM) unless OK."""
+    errors.require(ok, f"{what} config", field, problem)
 
 
 def check_keys(cls, d: dict, what: str) -> None:
