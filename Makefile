@@ -33,20 +33,24 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -c $(VENV)/constraints.txt -e '.[dev,onnx,plot]'
 	touch $@
 
-# The newest release of every dependency (torch: LATEST_TORCH_SPEC, the newest CPU build this
-# machine offers) in a scratch venv, and the smoke tests marked `latest` there.
+# The newest release of every dependency in a scratch venv, and the smoke tests marked `latest`
+# there. torch too: LATEST_TORCH_SPEC=torch takes its newest release (on a machine without a local
+# wheel that is a CUDA build of several GB); LATEST_TORCH_SPEC=torch==2.13.0 keeps the CPU build.
 LATEST_VENV       ?= .venv-latest
-LATEST_TORCH_SPEC ?= torch==2.13.0
+LATEST_TORCH_SPEC ?= torch
 test-latest:
 	rm -rf $(LATEST_VENV)
 	$(PYTHON) -m venv $(LATEST_VENV)
-	$(LATEST_VENV)/bin/python -m pip install -q $(LATEST_TORCH_SPEC)
-	$(LATEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[dev,onnx,plot]'
+	echo '$(LATEST_TORCH_SPEC)' > $(LATEST_VENV)/torch.txt
+	$(LATEST_VENV)/bin/python -m pip install -q -c $(LATEST_VENV)/torch.txt $(LATEST_TORCH_SPEC)
+	$(LATEST_VENV)/bin/python -m pip install -q -c $(LATEST_VENV)/torch.txt --upgrade --upgrade-strategy eager \
+	    -e '.[dev,onnx,plot]'
 	$(LATEST_VENV)/bin/python -m pip freeze --all --exclude-editable | grep -v '^pip==' > $(LATEST_VENV)/versions.txt
 	@echo "newest releases installed:"; grep -iE '^(torch|transformers|tokenizers|typer|click|rich|safetensors|sentencepiece|jieba|pyyaml|numpy|protobuf|sacrebleu|huggingface.hub|pytest)==' $(LATEST_VENV)/versions.txt
 	$(LATEST_VENV)/bin/python -m pytest -m latest -p no:cacheprovider
 
-# Remake constraints.txt from the newest releases (run `make test-latest` first; then `make test`).
+# Remake constraints.txt from the newest releases, torch being TORCH_SPEC's (then `make test`).
+lock: LATEST_TORCH_SPEC = $(TORCH_SPEC)
 lock: test-latest
 	{ sed -n '1,3p' constraints.txt; sed 's/^\(torch==[0-9.]*\)+.*/\1/' $(LATEST_VENV)/versions.txt; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
