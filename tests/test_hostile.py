@@ -52,8 +52,8 @@ def test_output_through_a_symlink_keeps_the_link(work, tmp_path):
     assert link.is_symlink() and json.loads(target.read_text())["text"] == "床前明月光"
 
 
-def test_output_to_a_fifo_writes_through(tmp_path):
-    fifo = tmp_path / "pipe"
+def read_fifo(fifo: Path) -> tuple[threading.Thread, dict]:
+    """Make FIFO and start a thread reading it to the end: join the thread, then dict["data"]."""
     os.mkfifo(fifo)
     got = {}
 
@@ -63,6 +63,12 @@ def test_output_to_a_fifo_writes_through(tmp_path):
 
     t = threading.Thread(target=reader)
     t.start()
+    return t, got
+
+
+def test_output_to_a_fifo_writes_through(tmp_path):
+    fifo = tmp_path / "pipe"
+    t, got = read_fifo(fifo)
     r = run_tdiff(["clean", "-o", fifo, "--quiet"], input="疑是地上霜\n")
     t.join(30)
     assert r.returncode == 0, r.stderr.decode()

@@ -11,12 +11,11 @@ import os
 import stat
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from conftest import ROOT, TINY
-from test_hostile import one_line_error, run_in_process
+from test_hostile import one_line_error, read_fifo, run_in_process
 
 FAST = ["--max-steps", "2", "--batch-size", "8", *TINY]
 
@@ -57,15 +56,7 @@ def test_a_fifo_output_is_written_through(work, tmp_path):
     """train -o FIFO: a reader gets the model's bytes; the FIFO stays a FIFO (a subprocess: the
     reader thread must not share the interpreter's signal handling)."""
     fifo = tmp_path / "model.fifo"
-    os.mkfifo(fifo)
-    got = {}
-
-    def reader():
-        with open(fifo, "rb") as f:
-            got["data"] = f.read()
-
-    t = threading.Thread(target=reader)
-    t.start()
+    t, got = read_fifo(fifo)
     r = subprocess.run([sys.executable, "-m", "tdiff", *map(str, _train_args(work, fifo, "--checkpoint",
                                                                               tmp_path / "ck.safetensors"))],
                        capture_output=True, cwd=ROOT, timeout=300)
