@@ -6,6 +6,7 @@ errors and io), so models, evaluation, sampling and training read and write one 
 Every file carries string metadata:
   tdiff.format  format version (int as string); newer versions are refused
   tdiff.kind    vae | model | student | export | checkpoint
+  tdiff.version the tdiff that wrote it (files written before 2026-12-06 lack it)
   config        JSON: everything needed to rebuild the networks
   tokenizer     base64 SentencePiece model (+ tokenizer.meta JSON)
   train         JSON: steps, seed, data hash, metrics
@@ -55,9 +56,12 @@ def save_artifact(path, tensors: dict, kind: str, config: dict, train: dict | No
     from safetensors.torch import save
 
     assert kind in KINDS, kind
+    from tdiff import __version__
+
     meta = {
         "tdiff.format": str(FORMAT_VERSION),
         "tdiff.kind": kind,
+        "tdiff.version": __version__,
         "config": json.dumps(config, sort_keys=True),
         "train": json.dumps(train or {}, sort_keys=True),
     }
@@ -82,6 +86,12 @@ def _shares(v, tensors, key) -> bool:
 
 def read_metadata(path) -> dict:
     """The string metadata of a safetensors file, without loading tensors."""
+    return read_header(path).get("__metadata__") or {}
+
+
+def read_header(path) -> dict:
+    """The whole safetensors header of PATH (tensor names → dtype, shape, offsets; and __metadata__),
+    without loading tensors; DataError for anything that is not a safetensors file."""
     import struct
 
     p = Path(path)
@@ -102,7 +112,7 @@ def read_metadata(path) -> dict:
     meta = header.get("__metadata__") or {}
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise DataError(f"{p}: not a safetensors file (bad __metadata__)")
-    return meta
+    return header
 
 
 def load_artifact(path, expect=None, device="cpu") -> Artifact:
@@ -133,7 +143,7 @@ def load_artifact(path, expect=None, device="cpu") -> Artifact:
     except Exception as e:  # safetensors raises its own error types
         raise DataError(f"{path}: cannot read tensors ({e})") from None
     tok = meta.get("tokenizer")
-    known = {"tdiff.format", "tdiff.kind", "config", "train", "tokenizer", "tokenizer.meta"}
+    known = {"tdiff.format", "tdiff.kind", "tdiff.version", "config", "train", "tokenizer", "tokenizer.meta"}
 
     def field_json(name):
         try:

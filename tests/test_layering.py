@@ -8,7 +8,7 @@ are deferred, not a way around the layering).
   text        tdiff/text/*                       (core)
   models      tdiff/models/*                     (core)
   diffusion   tdiff/diffusion/*                  (core)
-  library     latents, bundle, control, sample, compiled, evaluate, ar, export, plots    (all of the above)
+  library     latents, bundle, control, sample, compiled, evaluate, ar, export, plots, info (all of the above)
   training    tdiff/training/*                   (all of the above)
   commands    tdiff/commands/*                   (all of the above)
   cli         cli, __main__                      (everything)
@@ -29,7 +29,7 @@ PKG = ROOT / "tdiff"
 
 CORE = {"errors", "io", "log", "choices", "seeds", "device", "artifacts", "metrics", "data", "workers", "memory",
         "__init__"}
-LIBRARY = {"latents", "bundle", "control", "sample", "compiled", "evaluate", "ar", "export", "plots"}
+LIBRARY = {"latents", "bundle", "control", "sample", "compiled", "evaluate", "ar", "export", "plots", "info"}
 # layer -> the layers it may import (besides itself)
 ALLOWED = {
     "core": set(),

@@ -4,6 +4,7 @@ from tdiff.commands.clean import clean
 from tdiff.commands.distill import distill
 from tdiff.commands.eval import eval_cmd
 from tdiff.commands.export import export
+from tdiff.commands.info import info
 from tdiff.commands.plot import plot
 from tdiff.commands.sample import sample
 from tdiff.commands.tokenize import tokenize
@@ -22,4 +23,5 @@ COMMANDS = [
     ("eval", eval_cmd),
     ("export", export),
     ("plot", plot),
+    ("info", info),
 ]

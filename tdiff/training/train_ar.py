@@ -94,6 +94,7 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
              ckpt_path: Path, log_path=None, resume=False) -> dict:
     from tdiff.ar import (FORMAT, KIND, TOKENIZER_FILE, build_model, check_transformers_tokenizer, heldout_perplexity,
                          make_config)
+    from tdiff import __version__
     from tdiff.device import seed_everything
     from tdiff.text.tokenizer import Tokenizer
 
@@ -149,7 +150,7 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
         summary["heldout"] = {"perplexity": round(ppl, 4), "nll_per_token": round(nll / max(1, ntok), 6),
                               "tokens": ntok, "sequences": len(eval_seqs), "split": "heldout" if held.seqs else "train"}
         summary["parameters"] = n_params
-        meta = {"format": FORMAT, "kind": KIND, "tokenizer": TOKENIZER_FILE,
+        meta = {"format": FORMAT, "kind": KIND, "tokenizer": TOKENIZER_FILE, "tdiff_version": __version__,
                 "train": {**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)}}
         if distributed.is_main():                     # rank 0 writes (torchrun)
             write_ar_dir(output, model, tok, meta)
