@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:
-    from tdiff.ar import build_model, make_config
-    from tdiff.bundle import load_bundle
+    from tdiff.models.ar import build_model, make_config
+    from tdiff.formats.model import load_bundle
 
     b = load_bundle(sys.argv[1])
     target = sum(p.numel() for p in b.vae.parameters()) + sum(p.numel() for p in b.dit.parameters())

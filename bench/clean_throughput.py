@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tdiff.io import DecodeStats, dumps, iter_lines  # noqa: E402
+from tdiff.files.streams import DecodeStats, dumps, iter_lines  # noqa: E402
 from tdiff.text.clean import Cleaner  # noqa: E402
 
 SHARED = Path(os.environ.get("SHARED", ROOT.parent / "shared"))

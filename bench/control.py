@@ -33,11 +33,11 @@ import random
 import sys
 import time
 
-from tdiff.errors import DataError, UsageError
+from tdiff.core.errors import DataError, UsageError
 
 
 def _texts(path, limit):
-    from tdiff.io import iter_jsonl
+    from tdiff.files.streams import iter_jsonl
 
     out = []
     for _, rec in iter_jsonl(path):
@@ -52,7 +52,7 @@ def _texts(path, limit):
 def _ppl(judge, texts):
     if judge is None or not texts:
         return None
-    from tdiff.ar import judge_nll
+    from tdiff.evaluation.perplexity import judge_nll
 
     model, tok = judge
     nll, n = judge_nll(model, tok, texts)
@@ -60,16 +60,16 @@ def _ppl(judge, texts):
 
 
 def _gen(bundle, opts, templates):
-    from tdiff.sample import generate
+    from tdiff.sampling.sample import generate
 
     return [r for r in generate(bundle, opts, "cpu", templates)]
 
 
 def infill(bundle, opts, texts, ar, judge, seed):
-    from tdiff import control
-    from tdiff.evaluate import control_metrics, known_and_spans
-    from tdiff.metrics import bleu, rouge_l
-    from tdiff.sample import generate
+    from tdiff.sampling import control
+    from tdiff.evaluation.evaluate import control_metrics, known_and_spans
+    from tdiff.evaluation.metrics import bleu, rouge_l
+    from tdiff.sampling.sample import generate
 
     rng = random.Random(seed)
     window = bundle.vae.config.max_len
@@ -100,7 +100,7 @@ def infill(bundle, opts, texts, ar, judge, seed):
     fills = [p["text"][:len(r)] for p, r in zip(plain, refs)]
     res["unconditional_cut"] = _fill_scores(fills, refs, lefts, rights, judge, bleu, rouge_l)
     if ar is not None:
-        from tdiff.ar import generate_ar
+        from tdiff.sampling.ar import generate_ar
 
         model, tok = ar
         fills = []
@@ -123,8 +123,8 @@ def _fill_scores(fills, refs, lefts, rights, judge, bleu, rouge_l):
 
 
 def prompting(bundle, opts, texts, judge):
-    from tdiff import control
-    from tdiff.sample import generate
+    from tdiff.sampling import control
+    from tdiff.sampling.sample import generate
 
     window = bundle.vae.config.max_len
     temps = []
@@ -145,7 +145,7 @@ def prompting(bundle, opts, texts, judge):
 
 
 def lengths(bundle, opts, per=16):
-    from tdiff import control
+    from tdiff.sampling import control
 
     window = bundle.vae.config.max_len
     res = {}
@@ -160,7 +160,7 @@ def lengths(bundle, opts, per=16):
 def segments(bundle, opts, num, k=4):
     import dataclasses
 
-    from tdiff.sample import generate_long
+    from tdiff.sampling.sample import generate_long
 
     window = bundle.vae.config.max_len
     overlap = window // 4
@@ -184,9 +184,9 @@ def segments(bundle, opts, num, k=4):
 def guidance(bundle, opts, judge, weights, num):
     import dataclasses
 
-    from tdiff import control
-    from tdiff.evaluate import label_accuracy
-    from tdiff.sample import generate
+    from tdiff.sampling import control
+    from tdiff.evaluation.evaluate import label_accuracy
+    from tdiff.sampling.sample import generate
 
     window = bundle.vae.config.max_len
     res = {}
@@ -222,9 +222,9 @@ def main(argv=None):
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    from tdiff.ar import load_ar
-    from tdiff.bundle import load_bundle
-    from tdiff.sample import SampleOptions
+    from tdiff.formats.ar_dir import load_ar
+    from tdiff.formats.model import load_bundle
+    from tdiff.sampling.sample import SampleOptions
 
     judge = load_ar(a.judge, "cpu") if a.judge else None
     opts = SampleOptions(num=a.num, batch_size=64, steps=a.steps, temperature=1.0 if a.top_p < 1 else 0.0,

@@ -25,7 +25,7 @@ from frontier import at_entropy, spread  # noqa: E402
 
 
 def main() -> None:
-    from tdiff.metrics import q_position
+    from tdiff.evaluation.metrics import q_position
 
     ap = argparse.ArgumentParser()
     ap.add_argument("frontiers", nargs="+", type=Path)

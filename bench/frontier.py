@@ -61,21 +61,21 @@ def spread(xs: list[float]) -> dict:
 
 class Judge:
     def __init__(self, path, dtype: str):
-        from tdiff.ar import load_ar
+        from tdiff.formats.ar_dir import load_ar
 
         self.model, self.tok = load_ar(path)
         self.dtype = dtype
 
     def ppl(self, texts: list[str]) -> float:
-        from tdiff.ar import judge_nll
-        from tdiff.metrics import ppl
+        from tdiff.evaluation.perplexity import judge_nll
+        from tdiff.evaluation.metrics import ppl
 
         nll, n = judge_nll(self.model, self.tok, texts, batch_size=64, dtype=self.dtype)
         return ppl(nll, n)
 
 
 def describe(texts: list[str], judge: Judge) -> dict:
-    from tdiff.metrics import unigram_entropy
+    from tdiff.evaluation.metrics import unigram_entropy
 
     return {"judge_ppl": round(judge.ppl(texts), 3),
             "char_entropy": round(unigram_entropy([list(t) for t in texts]), 4),
@@ -87,7 +87,8 @@ def describe(texts: list[str], judge: Judge) -> dict:
 def system_texts(path: Path, knob: float, num: int, seed: int, steps: int, solver: str, dtype: str,
                  cache: dict, tdiff_knob: str = "top_p", **sample_kw) -> list[str]:
     """NUM samples of the system at PATH with decoding knob KNOB (AR: temperature; tdiff: TDIFF_KNOB)."""
-    from tdiff.ar import generate_ar, is_ar_dir, load_ar
+    from tdiff.sampling.ar import generate_ar
+    from tdiff.formats.ar_dir import is_ar_dir, load_ar
 
     if is_ar_dir(path):
         if path not in cache:
@@ -95,8 +96,8 @@ def system_texts(path: Path, knob: float, num: int, seed: int, steps: int, solve
         model, tok = cache[path]
         return [r["text"] for r in generate_ar(model, tok, num, batch_size=64, temperature=knob, seed=seed,
                                                dtype=dtype)]
-    from tdiff.bundle import load_bundle
-    from tdiff.sample import SampleOptions, generate
+    from tdiff.formats.model import load_bundle
+    from tdiff.sampling.sample import SampleOptions, generate
 
     if path not in cache:
         cache[path] = load_bundle(path)
@@ -111,7 +112,7 @@ def system_texts(path: Path, knob: float, num: int, seed: int, steps: int, solve
 
 def plot(result: dict, path: Path) -> None:
     """The frontier figure (`tdiff plot frontier.json -o F.png` draws the same)."""
-    from tdiff.plots import frontier
+    from tdiff.evaluation.plots import frontier
 
     frontier(result, path)
 
@@ -119,8 +120,8 @@ def plot(result: dict, path: Path) -> None:
 def merge_plot(paths: list[Path], out: Path, title: str, only: set[str] | None = None) -> None:
     """Plot the runs of several frontier.json files (each scored with the same judge and real text)
     in one figure, without sampling again: `--merge A.json B.json … --plot F.png`."""
-    from tdiff.errors import DataError
-    from tdiff.plots import merge_frontiers
+    from tdiff.core.errors import DataError
+    from tdiff.evaluation.plots import merge_frontiers
 
     try:
         merged = merge_frontiers([json.loads(p.read_text()) for p in paths], [str(p) for p in paths])
@@ -162,8 +163,8 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from tdiff.ar import is_ar_dir
-    from tdiff.metrics import q_position, shuffle_chars
+    from tdiff.formats.ar_dir import is_ar_dir
+    from tdiff.evaluation.metrics import q_position, shuffle_chars
 
     judge = Judge(args.judge, args.dtype)
     with open(args.real, encoding="utf-8") as f:
@@ -181,8 +182,8 @@ def main() -> None:
         ar = is_ar_dir(path)
         steps, solver = args.steps, args.solver
         if not ar:
-            from tdiff.bundle import load_bundle
-            from tdiff.sample import sampling_plan
+            from tdiff.formats.model import load_bundle
+            from tdiff.sampling.sample import sampling_plan
 
             if path not in cache:
                 cache[path] = load_bundle(path)

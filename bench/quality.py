@@ -58,7 +58,7 @@ class Scorer:
     def __init__(self, judge, judge_tok, held: list[str], train: list[str], dtype: str):
         from text_stats import SubstringIndex  # bench/text_stats.py (the script's folder is on sys.path)
 
-        from tdiff.metrics import NgramSet
+        from tdiff.evaluation.metrics import NgramSet
 
         self.judge, self.judge_tok, self.held, self.dtype = judge, judge_tok, held, dtype
         t0 = time.perf_counter()
@@ -67,8 +67,8 @@ class Scorer:
         log(f"training-text indexes built in {time.perf_counter() - t0:.1f} s")
 
     def judge_ppl(self, texts: list[str]) -> float:
-        from tdiff.ar import judge_nll
-        from tdiff.metrics import ppl
+        from tdiff.evaluation.perplexity import judge_nll
+        from tdiff.evaluation.metrics import ppl
 
         nll, n = judge_nll(self.judge, self.judge_tok, texts, batch_size=64, dtype=self.dtype)
         return ppl(nll, n)
@@ -76,7 +76,7 @@ class Scorer:
     def score(self, texts: list[str]) -> dict:
         from text_stats import char_unigram_kl, max_lcs_stats
 
-        from tdiff import metrics as M
+        from tdiff.evaluation import metrics as M
 
         chars = [list(t) for t in texts]
         lcs = max_lcs_stats(texts, self.index) if texts else {"mean": 0.0, "max": 0.0, "p50": 0.0}
@@ -95,7 +95,7 @@ class Scorer:
 
 
 def tdiff_samples(bundle, num: int, steps: int, solver: str, seed: int, dtype: str) -> tuple[list[str], float]:
-    from tdiff.sample import SampleOptions, generate
+    from tdiff.sampling.sample import SampleOptions, generate
 
     t0 = time.perf_counter()
     opts = SampleOptions(num=num, batch_size=64, steps=steps, solver=solver, seed=seed, dtype=dtype)
@@ -126,10 +126,11 @@ def main() -> None:
         subprocess.run(["bash", str(ROOT / "bench" / "prepare_songci.sh")], check=True,
                        env={**os.environ, "OUT": str(out)})
 
-    from tdiff.ar import generate_ar, load_ar
-    from tdiff.bundle import load_bundle
-    from tdiff.metrics import q_position, shuffle_chars
-    from tdiff.latents import reconstruction_metrics
+    from tdiff.sampling.ar import generate_ar
+    from tdiff.formats.ar_dir import load_ar
+    from tdiff.formats.model import load_bundle
+    from tdiff.evaluation.metrics import q_position, shuffle_chars
+    from tdiff.data.latents import reconstruction_metrics
 
     result: dict = {"corpus": "songci.txt (every 50th poem held out; chunks of at most 64 chars)",
                     "num_samples": args.num, "seed": args.seed, "threads": args.threads}

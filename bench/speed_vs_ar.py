@@ -5,7 +5,7 @@ In one process, on one device, with the same thread count and dtype options:
 - tdiff: a TextVAE + DiT bundle (fresh random weights of `--preset`, cosine schedule, v target,
   self-conditioning; or a trained `--model model.safetensors`). Timed path = what `tdiff sample`
   runs: N(0, I) noise → DPM-Solver++(2M) at `--steps` → VAE decoder → greedy token ids
-  (tdiff.sample.sample_latents + latents_to_ids). Every sequence has all L = 128 positions
+  (tdiff.sampling.sample.sample_latents + latents_to_ids). Every sequence has all L = 128 positions
   produced, so tokens/s = batch × L / time; the trimmed count (up to the first pad) is also given,
   meaningful only for a trained model (random weights put the first pad anywhere).
 - AR: a `transformers` GPT2LMHeadModel whose parameter count is within ±10% of tdiff's (VAE +
@@ -16,7 +16,7 @@ In one process, on one device, with the same thread count and dtype options:
   fastest stock path transformers offers for batched greedy decoding.
 - Speed does not depend on the weights (no early stop: AR is forced to L new tokens, the
   solver always runs all steps), so random weights give the same timings as trained ones.
-- `--compile tdiff`: the tdiff path as `tdiff sample --compile` runs it (tdiff.compiled: DiT, VAE decoder
+- `--compile tdiff`: the tdiff path as `tdiff sample --compile` runs it (tdiff.sampling.compiled: DiT, VAE decoder
   and greedy head through torch.compile, frozen weights on CPU), compiled once per batch size.
   `--compile both` also gives the AR side the fast path transformers documents for `generate`: a static
   KV cache and a torch.compile'd forward (frozen weights too), so the comparison stays compiled against
@@ -86,7 +86,7 @@ def matmul_peak_gflops(device, dtype_name: str, n: int, repeats: int) -> float:
     """Best GFLOP/s of an (n, n) @ (n, n) torch.matmul in DTYPE (2·n³ FLOPs per product)."""
     import torch
 
-    from tdiff.device import torch_dtype
+    from tdiff.core.device import torch_dtype
 
     dt = torch_dtype(dtype_name)
     a = torch.randn(n, n, device=device).to(dt)
@@ -151,7 +151,7 @@ def get_tokenizer(vocab: int, lines_limit: int):
 
 def build_tdiff(args, device):
     """(Bundle in eval mode, source description)."""
-    from tdiff.bundle import Bundle, load_bundle
+    from tdiff.formats.model import Bundle, load_bundle
 
     if args.model:
         log(f"loading {args.model}")
@@ -194,7 +194,7 @@ def size_gpt2(target: int, vocab: int, n_pos: int, preset: str, n_layer: int = 0
     name is preferred when some depth puts it within tolerance (a neutral choice: neither a
     deep-narrow nor a wide-shallow model picked for its speed). Explicit --ar-n-layer/--ar-n-embd win.
     """
-    from tdiff import ar
+    from tdiff.models import ar
 
     if n_layer and n_embd:
         return n_layer, n_embd, max(1, n_embd // 64), "given"
@@ -214,7 +214,7 @@ def size_gpt2(target: int, vocab: int, n_pos: int, preset: str, n_layer: int = 0
 
 
 def build_ar(tdiff_total: int, vocab: int, seq_len: int, tok, args, device):
-    from tdiff import ar
+    from tdiff.models import ar
 
     n_pos = seq_len + 1                              # bos prompt + L new tokens
     L, d, h, rule = size_gpt2(tdiff_total, vocab, n_pos, args.preset, args.ar_n_layer, args.ar_n_embd)
@@ -258,13 +258,13 @@ class Runner:
         if self.compile == "none":
             return self.bundle
         if batch not in self.compiled:
-            from tdiff.compiled import compile_bundle
+            from tdiff.sampling.compiled import compile_bundle
 
             self.compiled[batch] = compile_bundle(self.bundle, self.device, batch)
         return self.compiled[batch]
 
     def ar(self, batch: int, dtype: str, new_tokens: int | None = None) -> dict:
-        from tdiff.evaluate import timed_ar_batch
+        from tdiff.evaluation.evaluate import timed_ar_batch
 
         n = new_tokens or self.L
         dt, out = timed_ar_batch(self.model, batch, n, self.device, dtype)       # (B, 1 + n)
@@ -273,10 +273,10 @@ class Runner:
         return {"time_s": dt, "tokens": batch * n}
 
     def tdiff(self, batch: int, dtype: str, steps: int) -> dict:
-        from tdiff.evaluate import timed_diffusion_batch
+        from tdiff.evaluation.evaluate import timed_diffusion_batch
         from tdiff.models.vae import text_lengths
-        from tdiff.sample import SampleOptions
-        from tdiff.seeds import generator
+        from tdiff.sampling.sample import SampleOptions
+        from tdiff.core.seeds import generator
 
         opts = SampleOptions(num=batch, batch_size=batch, steps=steps, solver=self.solver, dtype=dtype)
         g = generator(0, steps, "sample", self.device)
@@ -351,7 +351,7 @@ def main(argv=None) -> int:
     import torch
     import transformers
 
-    from tdiff.device import resolve_device
+    from tdiff.core.device import resolve_device
 
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -371,7 +371,7 @@ def main(argv=None) -> int:
     log(f"tdiff {tp['total']} params (sampling path {tp['sampling_path']}), GPT-2 {ar_info['n_layer']}x"
         f"{ar_info['n_embd']} {ar_count} params ({ar_count / tp['total']:.3f}x)")
     runner = Runner(bundle, model, L, device, args.compile)
-    from tdiff.sample import sampling_plan
+    from tdiff.sampling.sample import sampling_plan
 
     runner.solver = args.solver or sampling_plan(bundle, None, None)[1]     # a student's own solver, else dpm
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def run(variant: str, steps: int, dtype: str, batch: int, n: int, d: int) -> dict:
     import torch
 
-    from tdiff.device import autocast
+    from tdiff.core.device import autocast
     from tdiff.diffusion.losses import diffusion_loss
     from tdiff.diffusion.schedules import make_schedule
     from tdiff.models.dit import PRESETS, DiT, DiTConfig

@@ -1,3 +1,3 @@
-from tdiff.cli import main
+from tdiff.cli.main import main
 
 main()

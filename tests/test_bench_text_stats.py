@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import head_lines, shared_file
-from tdiff.metrics import shuffle_chars
+from tdiff.evaluation.metrics import shuffle_chars
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import text_stats as T  # noqa: E402

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from conftest import ROOT, run_tdiff
-from tdiff.commands.registry import COMMANDS
+from tdiff.cli.commands.registry import COMMANDS
 
 
 def test_version():
@@ -56,7 +56,7 @@ def test_startup_is_fast():
 def _click_params(name):
     import typer.main
 
-    from tdiff.cli import app
+    from tdiff.cli.main import app
 
     cmd = typer.main.get_command(app).commands[name]
     return {p.name: p for p in cmd.params}

@@ -45,7 +45,7 @@ def test_latent_mask_needs_every_pooled_token():
 def test_training_and_sampling_show_the_network_the_same_known_latents():
     """The loss puts the known latents into x_t; the sampler's x0 estimate does the same before
     calling the network, so the network never sees noisy known positions."""
-    from tdiff.bundle import Bundle
+    from tdiff.formats.model import Bundle
     from tdiff.diffusion.losses import diffusion_loss
     from tdiff.diffusion.schedules import make_schedule
 
@@ -74,7 +74,7 @@ def test_training_and_sampling_show_the_network_the_same_known_latents():
 
 
 def test_repetition_penalty_lowers_tokens_decoded_elsewhere():
-    from tdiff.sample import penalize_repeats
+    from tdiff.sampling.sample import penalize_repeats
 
     logits = torch.tensor([[[5.0, 1.0, -1.0], [4.0, 3.0, -2.0]]])      # both positions pick token 0
     out = penalize_repeats(logits, 2.0)
@@ -84,8 +84,8 @@ def test_repetition_penalty_lowers_tokens_decoded_elsewhere():
 
 
 def test_templates_parse_the_documented_syntax():
-    from tdiff import control
-    from tdiff.errors import DataError, UsageError
+    from tdiff.sampling import control
+    from tdiff.core.errors import DataError, UsageError
 
     class Tok:
         pad_id, bos_id, eos_id = 0, 1, 2
@@ -121,7 +121,7 @@ def test_templates_parse_the_documented_syntax():
 
 @pytest.fixture(scope="module")
 def window(work):
-    from tdiff.bundle import load_vae
+    from tdiff.formats.model import load_vae
 
     vae, tok, _ = load_vae(work / "model.safetensors")
     return vae.config.max_len, tok
@@ -206,7 +206,7 @@ def test_labels_and_guidance(work, tmp_path):
     assert r.returncode == 0, _err(r)
     out = _out(run_tdiff(["sample", "-m", model, "-n", "3", "--label", "a", "--guidance", "2", "-q"]))
     assert len(out) == 3 and all(r["label"] == "a" for r in out)      # what eval --classifier reads
-    from tdiff.bundle import load_bundle
+    from tdiff.formats.model import load_bundle
 
     b = load_bundle(model)
     assert b.labels == ["a", "b"]
@@ -238,7 +238,7 @@ def test_segments_write_past_the_window_without_repeating_the_joins(work, window
 
 
 def test_eval_measures_kept_text_and_filled_spans(work, tmp_path):
-    from tdiff.evaluate import control_metrics, filled_spans
+    from tdiff.evaluation.evaluate import control_metrics, filled_spans
 
     assert filled_spans("春风又绿江南岸", ["春风", "江南岸"]) == ["又绿"]
     assert filled_spans("春风吹过江南", ["春风", "江南岸"]) is None

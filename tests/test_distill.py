@@ -112,7 +112,7 @@ def students(work, tmp_path_factory):
 
 
 def _train_info(path):
-    from tdiff.artifacts import load_artifact
+    from tdiff.files.artifacts import load_artifact
 
     art = load_artifact(path)
     return art.kind, art.config, art.train

@@ -149,7 +149,7 @@ def _children(pid):
 @pytest.mark.parametrize("victim", [0, 1])
 def test_a_killed_rank_stops_the_run(work, tmp_path, victim):
     """kill -9 of one worker: every process exits non-zero within 30 s, the checkpoint loads."""
-    from tdiff.artifacts import load_artifact
+    from tdiff.files.artifacts import load_artifact
 
     out = tmp_path / "k.safetensors"
     ck = tmp_path / "k.ckpt.safetensors"

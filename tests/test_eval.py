@@ -1,4 +1,4 @@
-"""`tdiff eval` and tdiff.evaluate: the eval-level aggregation on hand-computed inputs, and the CLI
+"""`tdiff eval` and tdiff.evaluation.evaluate: the eval-level aggregation on hand-computed inputs, and the CLI
 end to end on tiny untrained models (plumbing, keys, exit codes; not quality: bench/ measures that).
 
 The metric functions themselves are tested in test_metrics.py; here we check what eval reports.
@@ -48,12 +48,13 @@ def work(tmp_path_factory):
     """Tokenizer, ids, a VAE file, a model file (VAE + DiT) and an AR directory, all tiny and untrained."""
     import torch
 
-    from tdiff.ar import FORMAT, KIND, build_model, make_config
+    from tdiff.formats.ar_dir import FORMAT, KIND
+    from tdiff.models.ar import build_model, make_config
     from tdiff.diffusion.schedules import make_schedule
     from tdiff.models.dit import DiT, DiTConfig
     from tdiff.models.vae import TextVAE, VAEConfig
     from tdiff.text.tokenizer_train import train
-    from tdiff import artifacts as ck
+    from tdiff.files import artifacts as ck
     from tdiff.training.train_ar import write_ar_dir
 
     torch.manual_seed(0)
@@ -100,7 +101,7 @@ def work(tmp_path_factory):
 
 
 def test_sample_metrics_hand_computed():
-    from tdiff.evaluate import sample_metrics
+    from tdiff.evaluation.evaluate import sample_metrics
 
     # characters: a a b b → p = 1/2, 1/2 → H = ln 2; "ab", "ab" → self-BLEU 100 (identical)
     m = sample_metrics(["ab", "ab"])
@@ -129,7 +130,7 @@ def test_sample_metrics_hand_computed():
 
 
 def test_sample_metrics_against_real_texts():
-    from tdiff.evaluate import sample_metrics
+    from tdiff.evaluation.evaluate import sample_metrics
 
     m = sample_metrics(["aaaa"], real_texts=["abab", "ab"])
     assert m["unigram_entropy"] == 0.0
@@ -139,7 +140,7 @@ def test_sample_metrics_against_real_texts():
 
 
 def test_reference_metrics_pairing():
-    from tdiff.evaluate import reference_metrics
+    from tdiff.evaluation.evaluate import reference_metrics
 
     m = reference_metrics(["春花秋月", "往事知多少"], ["春花秋月", "小楼昨夜"])
     assert m["pairs"] == 2
@@ -150,7 +151,7 @@ def test_reference_metrics_pairing():
 
 
 def test_memorization_units(tmp_path):
-    from tdiff.evaluate import TextRecords, memorization
+    from tdiff.evaluation.evaluate import TextRecords, memorization
 
     train = tmp_path / "train.jsonl"
     train.write_text('{"text": "abcdef", "ids": [1, 2, 3, 4, 5]}\n', encoding="utf-8")
@@ -169,8 +170,8 @@ def test_judge_metrics_known_logits():
     and q from the three perplexities."""
     import torch
 
-    from tdiff.evaluate import judge_metrics
-    from tdiff.metrics import perplexity_from_logits, ppl, q_position
+    from tdiff.evaluation.evaluate import judge_metrics
+    from tdiff.evaluation.metrics import perplexity_from_logits, ppl, q_position
 
     V = 8
 
@@ -216,7 +217,7 @@ def test_judge_metrics_known_logits():
 
 
 def test_speed_timing_summary():
-    from tdiff.evaluate import _timing
+    from tdiff.evaluation.evaluate import _timing
 
     t = _timing([1.0, 2.0, 3.0], positions_per_run=10, generated=12)
     assert t["tokens_per_s"] == pytest.approx(30 / 6)
@@ -245,9 +246,9 @@ def test_noise_levels_table(work):
     is the clean one, so the naive accuracy is the VAE's own accuracy on the text positions."""
     import torch
 
-    from tdiff.bundle import load_bundle
-    from tdiff.data import pad_batch, read_ids
-    from tdiff.evaluate import noise_levels
+    from tdiff.formats.model import load_bundle
+    from tdiff.data.token_ids import pad_batch, read_ids
+    from tdiff.evaluation.evaluate import noise_levels
 
     dev = torch.device("cpu")
     bundle = load_bundle(work / "model.safetensors", dev)

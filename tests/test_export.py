@@ -50,7 +50,7 @@ def test_slim_export_samples_the_same_tokens_in_fp32(work, tmp_path):
     slim = tmp_path / "slim" / "model.safetensors"
     cfg = json.loads((tmp_path / "slim" / "config.json").read_text())
     assert cfg["format"] == "safetensors" and all(c["rel_error"] <= c["tolerance"] for c in cfg["verify"]["checks"].values())
-    from tdiff.artifacts import load_artifact
+    from tdiff.files.artifacts import load_artifact
 
     art = load_artifact(slim)
     assert art.kind == "model" and art.config["export"]["dtype"] == "fp32"
@@ -67,7 +67,7 @@ def test_slim_export_samples_the_same_tokens_in_fp32(work, tmp_path):
 def test_bf16_slim_export_is_half_the_size_and_samples(work, tmp_path):
     _export(work, tmp_path / "half", "--dtype", "bf16")
     slim = tmp_path / "half" / "model.safetensors"
-    from tdiff.artifacts import load_artifact
+    from tdiff.files.artifacts import load_artifact
 
     art = load_artifact(slim)
     assert art.tensors["dit.in_proj.weight"].dtype == torch.bfloat16
@@ -84,8 +84,8 @@ def test_bf16_slim_export_is_half_the_size_and_samples(work, tmp_path):
 
 
 def _library_outputs(model_path, inputs):
-    from tdiff.bundle import load_bundle
-    from tdiff.export import program_modules
+    from tdiff.formats.model import load_bundle
+    from tdiff.export.programs import program_modules
 
     mods = program_modules(load_bundle(model_path, "cpu"), "fp32")
     with torch.inference_mode():
@@ -100,12 +100,12 @@ def test_programs_match_the_source_at_any_batch_size(work, tmp_path, exported, f
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["format"] == fmt and set(cfg["programs"]) == {"denoiser", "decoder", "schedule"}
     assert all(c["rel_error"] <= c["tolerance"] for c in cfg["verify"]["checks"].values())
-    from tdiff.bundle import load_bundle
-    from tdiff.export import example_inputs
+    from tdiff.formats.model import load_bundle
+    from tdiff.export.programs import example_inputs
 
     inputs = example_inputs(load_bundle(work / "model.safetensors"), batch=5, seed=7)   # a batch never traced
     ref = _library_outputs(work / "model.safetensors", inputs)
-    from tdiff.export import SAVERS
+    from tdiff.export.programs import SAVERS
 
     load = SAVERS[fmt][1]
     for name, file in cfg["programs"].items():
@@ -116,7 +116,7 @@ def test_programs_match_the_source_at_any_batch_size(work, tmp_path, exported, f
 
 
 def test_onnx_export_verifies(work, tmp_path):
-    from tdiff.export import onnx_problem
+    from tdiff.export.programs import onnx_problem
 
     if onnx_problem():
         pytest.skip(onnx_problem())
@@ -154,8 +154,8 @@ def test_example_samples_what_tdiff_samples(work, exported):
     ex = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ex)
     cfg, progs, sp = ex.load(exported)
-    from tdiff.bundle import load_bundle
-    from tdiff.sample import SampleOptions, latents_to_ids, sample_latents, trim_ids
+    from tdiff.formats.model import load_bundle
+    from tdiff.sampling.sample import SampleOptions, latents_to_ids, sample_latents, trim_ids
 
     bundle = load_bundle(work / "model.safetensors")
     for solver, steps in (("dpm", 12), ("ddim", 5)):
@@ -200,8 +200,8 @@ def test_bad_exports_are_refused_and_lose_nothing(work, tmp_path):
 
 
 def test_a_failed_check_leaves_the_old_export(work, tmp_path, monkeypatch):
-    from tdiff import export as E
-    from tdiff.errors import OutputError
+    from tdiff.export import programs as E
+    from tdiff.core.errors import OutputError
 
     out = tmp_path / "slim"
     E.export_model(work / "model.safetensors", out, "safetensors", "fp32")
@@ -219,8 +219,8 @@ def test_a_failed_check_leaves_the_old_export(work, tmp_path, monkeypatch):
 
 
 def test_chunked_greedy_head_equals_the_full_argmax(work, monkeypatch):
-    from tdiff import sample as S
-    from tdiff.bundle import load_bundle
+    from tdiff.sampling import sample as S
+    from tdiff.formats.model import load_bundle
 
     bundle = load_bundle(work / "model.safetensors")
     n, d = bundle.latent_shape
@@ -239,7 +239,7 @@ def test_chunked_greedy_head_equals_the_full_argmax(work, monkeypatch):
 
 
 def test_dtype_auto_follows_the_hardware(work):
-    from tdiff.device import fast_bf16, resolve_dtype
+    from tdiff.core.device import fast_bf16, resolve_dtype
 
     cpu = torch.device("cpu")
     assert resolve_dtype("auto", cpu) == ("bf16" if fast_bf16(cpu) else "fp32")
@@ -249,7 +249,7 @@ def test_dtype_auto_follows_the_hardware(work):
 
 
 def test_compile_samples_what_eager_samples(work):
-    from tdiff.compiled import compile_problem
+    from tdiff.sampling.compiled import compile_problem
 
     if compile_problem(torch.device("cpu")):
         pytest.skip(compile_problem(torch.device("cpu")))

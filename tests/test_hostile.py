@@ -105,7 +105,7 @@ def test_a_model_that_diverges_in_its_last_step_is_not_written(tmp_path):
     """The loop itself: weights that turn non-finite are never saved, and the run fails."""
     import torch
 
-    from tdiff.errors import TdiffError
+    from tdiff.core.errors import TdiffError
     from tdiff.training.loop import LoopConfig, Trainer
 
     model = torch.nn.Linear(4, 1)
@@ -223,7 +223,7 @@ def run_in_process(args, capsys):
     cases refused before any model loads, at a hundredth of a subprocess's cost."""
     from types import SimpleNamespace
 
-    from tdiff.cli import main
+    from tdiff.cli.main import main
 
     old = signal.getsignal(signal.SIGTERM)
     try:

@@ -1,6 +1,6 @@
 """Hostile model files: a model, student or VAE file whose stored config or tensors were damaged
 or crafted is refused on load with exit 65 and one line naming the file and the field (or tensor)
-at fault, never a traceback, in every command that reads one (tdiff/bundle.py checks them all).
+at fault, never a traceback, in every command that reads one (tdiff/formats/model.py checks them all).
 
 Each case rewrites a real file: `load_artifact`, change its config dict (or tensors), `save_artifact`.
 """
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from test_hostile import one_line_error, run_in_process
-from tdiff.artifacts import load_artifact, save_artifact
+from tdiff.files.artifacts import load_artifact, save_artifact
 
 STUDENT = {"method": "progressive", "steps": 2, "solver": "ddim", "time_grid": "uniform", "from_steps": 4,
            "rounds": [2], "teacher": {"file": "model.safetensors", "sha256": "0" * 64}}

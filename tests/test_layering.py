@@ -1,19 +1,26 @@
-"""The package's layering: which parts of tdiff may import which, and no import cycle.
+"""The package's layering: which folders of tdiff may import which, and no import cycle.
 
-Layers, lowest first. A module may import modules of its own layer and of lower ones,
-never of a higher one. Imports inside functions count too (they are how heavy modules
-are deferred, not a way around the layering).
+The package root holds only __init__.py (the Python API) and __main__.py; every other module
+lives in a folder named for its layer. Layers, lowest first; a module may import modules of its
+own folder and of the folders it is allowed (ALLOWED), never a higher one. Imports inside
+functions count too (they are how heavy modules are deferred, not a way around the layering).
 
-  core        errors, io, log, choices, seeds, device, artifacts, metrics, data, workers, memory
-  text        tdiff/text/*                       (core)
-  models      tdiff/models/*                     (core)
-  diffusion   tdiff/diffusion/*                  (core)
-  library     latents, bundle, control, sample, compiled, evaluate, ar, export, plots, info (all of the above)
-  training    tdiff/training/*                   (all of the above)
-  commands    tdiff/commands/*                   (all of the above)
-  cli         cli, __main__                      (everything)
+  core        errors, seeds, device, log, workers, memory, choices, version
+  files       JSONL streams, the safetensors container                 (core)
+  text        cleaning, pre-tokenization, SentencePiece                 (core, files)
+  data        token-id datasets, latents of a dataset                   (core, files)
+  models      the VAE, the DiT, the AR baseline's network               (core, files, data)
+  diffusion   process, schedules, solvers, losses, spans                (core, files, data)
+  formats     one save/load pair per artifact kind, `tdiff info`        (all of the above)
+  sampling    diffusion and AR samplers, control tokens, compiled path  (all of the above)
+  evaluation  metrics, perplexity, `tdiff eval` figures, plots          (all of the above)
+  training    the loop, checkpoints, the trainers                       (all of the above)
+  export      deployable programs                                       (all but training)
+  api         tdiff.load and the loaded-artifact classes; tdiff/__init__ (all but cli)
+  cli         the Typer app and its commands; __main__                  (everything)
 
-text, models and diffusion sit side by side and do not import each other.
+text, data, models and diffusion keep apart where the table says so: models and diffusion
+never import each other, and text imports neither.
 """
 
 from __future__ import annotations
@@ -27,35 +34,43 @@ from conftest import ROOT
 
 PKG = ROOT / "tdiff"
 
-CORE = {"errors", "io", "log", "choices", "seeds", "device", "artifacts", "metrics", "data", "workers", "memory",
-        "__init__"}
-LIBRARY = {"latents", "bundle", "control", "sample", "compiled", "evaluate", "ar", "export", "plots", "info"}
+LAYERS = ("core", "files", "text", "data", "models", "diffusion", "formats", "sampling", "evaluation", "training",
+          "export", "api", "cli")
 # layer -> the layers it may import (besides itself)
 ALLOWED = {
     "core": set(),
-    "text": {"core"},
-    "models": {"core"},
-    "diffusion": {"core"},
-    "library": {"core", "text", "models", "diffusion"},
-    "training": {"core", "text", "models", "diffusion", "library"},
-    "commands": {"core", "text", "models", "diffusion", "library", "training"},
-    "cli": {"core", "text", "models", "diffusion", "library", "training", "commands"},
+    "files": {"core"},
+    "text": {"core", "files"},
+    "data": {"core", "files"},
+    "models": {"core", "files", "data"},
+    "diffusion": {"core", "files", "data"},
+    "formats": {"core", "files", "text", "data", "models", "diffusion"},
+    "sampling": {"core", "files", "text", "data", "models", "diffusion", "formats"},
+    "evaluation": {"core", "files", "text", "data", "models", "diffusion", "formats", "sampling"},
+    "training": {"core", "files", "text", "data", "models", "diffusion", "formats", "sampling", "evaluation"},
+    "export": {"core", "files", "text", "data", "models", "diffusion", "formats", "sampling", "evaluation"},
+    "api": {"core", "files", "text", "data", "models", "diffusion", "formats", "sampling", "evaluation", "training",
+            "export"},
+    "cli": set(LAYERS) - {"cli"},
 }
 
 
 def layer_of(module: str) -> str:
-    """'tdiff.training.loop' -> 'training'."""
-    parts = module.split(".")[1:] or ["__init__"]
-    head = parts[0]
-    if head in ("text", "models", "diffusion", "training", "commands"):
-        return head
-    if head in ("cli", "__main__"):
+    """'tdiff.training.loop' -> 'training'; the package itself (tdiff/__init__.py) is the API."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "api"
+    if parts[0] == "__main__":
         return "cli"
-    if head in LIBRARY:
-        return "library"
-    if head in CORE:
-        return "core"
-    raise AssertionError(f"tdiff/{'/'.join(parts)}: module in no layer; add it to tests/test_layering.py")
+    if parts[0] in LAYERS:
+        return parts[0]
+    raise AssertionError(f"tdiff/{'/'.join(parts)}: module in no layer folder; move it into one (tests/test_layering.py)")
+
+
+def test_the_package_root_holds_only_the_api_and_main():
+    assert sorted(p.name for p in PKG.glob("*.py")) == ["__init__.py", "__main__.py"]
+    folders = sorted(p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders == sorted(LAYERS)
 
 
 def module_name(path: Path) -> str:
@@ -146,18 +161,20 @@ def test_no_import_cycle():
 
 def test_the_checks_catch_what_they_should():
     """The checkers themselves, on the two defects this test was written against."""
-    assert violations({"tdiff.bundle": {"tdiff.training.checkpoints"}}) == [
-        "tdiff.bundle (library) imports tdiff.training.checkpoints (training)"]
-    assert violations({"tdiff.evaluate": {"tdiff.training.train_dit"}})
+    assert violations({"tdiff.formats.model": {"tdiff.training.checkpoints"}}) == [
+        "tdiff.formats.model (formats) imports tdiff.training.checkpoints (training)"]
+    assert violations({"tdiff.evaluation.evaluate": {"tdiff.training.train_dit"}})
     assert violations({"tdiff.models.dit": {"tdiff.diffusion.process"}})      # siblings stay apart
-    assert not violations({"tdiff.training.loop": {"tdiff.artifacts", "tdiff.bundle"}})
-    cyc = find_cycles({"tdiff.bundle": {"tdiff.training.train_dit"}, "tdiff.training.train_dit": {"tdiff.bundle"}})
-    assert cyc == ["tdiff.bundle -> tdiff.training.train_dit -> tdiff.bundle"]
+    assert violations({"tdiff.core.log": {"tdiff.files.streams"}})
+    assert not violations({"tdiff.training.loop": {"tdiff.files.artifacts", "tdiff.formats.model"}})
+    cyc = find_cycles({"tdiff.formats.model": {"tdiff.training.train_dit"},
+                       "tdiff.training.train_dit": {"tdiff.formats.model"}})
+    assert cyc == ["tdiff.formats.model -> tdiff.training.train_dit -> tdiff.formats.model"]
     assert not find_cycles({"tdiff.diffusion": {"tdiff.diffusion.solvers"}, "tdiff.diffusion.solvers": set()})
 
 
-def test_bundle_loads_nothing_from_training():
-    code = ("import sys, tdiff.bundle; m = sorted(k for k in sys.modules if k.startswith('tdiff.training')); "
+def test_the_model_file_loads_nothing_from_training():
+    code = ("import sys, tdiff.formats.model; m = sorted(k for k in sys.modules if k.startswith('tdiff.training')); "
             "print(','.join(m))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
@@ -166,7 +183,8 @@ def test_bundle_loads_nothing_from_training():
 
 def test_choices_match_the_registries():
     """The names offered on the command line are exactly the ones the library implements."""
-    from tdiff import ar, choices
+    from tdiff.models import ar
+    from tdiff.core import choices
     from tdiff.diffusion.process import PREDICTION_KINDS
     from tdiff.diffusion.schedules import SCHEDULES
     from tdiff.diffusion.solvers import SOLVERS, TIME_GRIDS

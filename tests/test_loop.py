@@ -80,7 +80,7 @@ def test_lr_decay_steps_ignores_the_clock(tmp_path):
 
 
 def test_lr_decay_bad_value_is_a_usage_error(tmp_path):
-    from tdiff.errors import UsageError
+    from tdiff.core.errors import UsageError
 
     with pytest.raises(UsageError, match="--lr-decay"):
         Trainer(torch.nn.Linear(2, 1), None, LoopConfig(lr_decay="linear"), torch.device("cpu"))

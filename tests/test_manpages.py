@@ -1,7 +1,7 @@
 """Every option of every subcommand is documented in its man page.
 
 The options the three training commands share (declared once in
-tdiff/commands/training_options.py) are documented once, in man/tdiff-training.7,
+tdiff/cli/commands/training_options.py) are documented once, in man/tdiff-training.7,
 and not repeated as option entries in the commands' own pages.
 """
 
@@ -10,8 +10,8 @@ import re
 import pytest
 import typer.main
 
-from tdiff.cli import app
-from tdiff.commands.registry import COMMANDS
+from tdiff.cli.main import app
+from tdiff.cli.commands.registry import COMMANDS
 from tdiff.training.loop import option_fields
 from conftest import ROOT
 

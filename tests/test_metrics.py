@@ -1,4 +1,4 @@
-"""tdiff.metrics against hand-computed values on tiny inputs (arithmetic in the comments)."""
+"""tdiff.evaluation.metrics against hand-computed values on tiny inputs (arithmetic in the comments)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tdiff import metrics as M
+from tdiff.evaluation import metrics as M
 
 
 # ---------------------------------------------------------------------------

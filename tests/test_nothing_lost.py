@@ -47,7 +47,7 @@ def test_a_device_output_stays_a_device_and_the_weights_are_kept(work, tmp_path,
     cmd[cmd.index("-o") + 1] = str(tmp_path / "v.safetensors")
     r = run_in_process(cmd, capsys)
     assert r.returncode == 0, r.stderr.decode()
-    from tdiff.artifacts import load_artifact
+    from tdiff.files.artifacts import load_artifact
 
     assert load_artifact(tmp_path / "v.safetensors", expect="vae").train["steps"] == 2
 
@@ -105,7 +105,7 @@ def test_train_ar_failing_after_training_keeps_the_weights(work, tmp_path, capsy
 
 def test_train_ar_checks_the_tokenizer_conversion_before_training(work, tmp_path, capsys, monkeypatch):
     """A transformers that cannot convert the tokenizer fails in seconds, before any step."""
-    from tdiff import ar
+    from tdiff.models import ar
 
     def broken(*a, **k):
         raise ValueError("`tiktoken` is required to read a `tiktoken` file")
@@ -210,8 +210,8 @@ def test_deeply_nested_json_with_an_escape_is_one_line(work, tmp_path, capsys):
     r = run_in_process(["tokenize", "--model", work / "tok.model", "-i", f, "-o", tmp_path / "ids.jsonl"], capsys)
     one_line_error(r, 65, "deep.jsonl:2", "lone surrogate")
     assert not (tmp_path / "ids.jsonl").exists()
-    from tdiff.errors import DataError
-    from tdiff.io import iter_jsonl
+    from tdiff.core.errors import DataError
+    from tdiff.files.streams import iter_jsonl
 
     with pytest.raises(DataError, match=r"deep.jsonl:2: a string holds a lone surrogate"):
         list(iter_jsonl(f))

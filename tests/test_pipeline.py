@@ -91,7 +91,7 @@ def test_wrong_kind_refused(work):
 
 def test_newer_format_refused(work, tmp_path):
     from safetensors.torch import load_file, save_file
-    from tdiff.artifacts import read_metadata
+    from tdiff.files.artifacts import read_metadata
 
     meta = read_metadata(work / "model.safetensors")
     meta["tdiff.format"] = "99"
@@ -138,7 +138,7 @@ def test_resume_after_kill(work, tmp_path):
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert ckpt.exists() and not out.exists()
-    from tdiff.artifacts import load_artifact
+    from tdiff.files.artifacts import load_artifact
 
     step = load_artifact(ckpt, expect="checkpoint").train["step"]
     assert step >= 5 and step % 5 == 0

@@ -105,8 +105,8 @@ def test_train_with_adaptive_t_decoder_ce_and_size(work, tmp_path):
     recs = [json.loads(line) for line in log.read_text().splitlines()]
     assert all({"mse", "decoder_ce", "x0_error"} <= set(rec) for rec in recs)
     assert all(rec["loss"] == rec["mse"] for rec in recs)                # the logged loss stays the MSE
-    from tdiff.artifacts import load_artifact
-    from tdiff.bundle import load_bundle
+    from tdiff.files.artifacts import load_artifact
+    from tdiff.formats.model import load_bundle
 
     art = load_artifact(out)
     assert art.config["dit"]["d_model"] == 64 and art.config["dit"]["n_layers"] == 2
@@ -134,7 +134,7 @@ def test_train_vae_size_and_latent_noise(work, tmp_path):
                    "--n-layers", "1", "--latent-noise", "0.3", "--latent-dim", "8", "--max-steps", "3",
                    "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
-    from tdiff.artifacts import load_artifact
+    from tdiff.files.artifacts import load_artifact
 
     cfg = load_artifact(out).config["vae"]
     assert (cfg["d_model"], cfg["n_layers"], cfg["latent_noise"], cfg["latent_dim"]) == (64, 1, 0.3, 8)
@@ -145,8 +145,8 @@ def test_train_vae_size_and_latent_noise(work, tmp_path):
 
 def test_samples_are_never_empty(work):
     """Latents of an all-pad sequence decode to pads; the first position is still a text token."""
-    from tdiff.bundle import load_bundle
-    from tdiff.sample import SampleOptions, latents_to_ids
+    from tdiff.formats.model import load_bundle
+    from tdiff.sampling.sample import SampleOptions, latents_to_ids
 
     b = load_bundle(work / "model.safetensors")
     tok, vae = b.tokenizer, b.vae
@@ -176,7 +176,7 @@ def test_time_grid_warp_and_round_x0(work, tmp_path):
     r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out,
                    "--t-sampling", "adaptive", "--max-steps", "4", "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
-    from tdiff.bundle import load_bundle
+    from tdiff.formats.model import load_bundle
     from tdiff.diffusion.solvers import time_grid
 
     b = load_bundle(out)
@@ -198,8 +198,8 @@ def test_time_grid_warp_and_round_x0(work, tmp_path):
 def test_round_x0_keeps_the_latents_of_text_the_vae_reconstructs(work):
     """Rounding snaps latents to the latents of the tokens they decode to, so the latents of real
     text that the VAE reconstructs are a fixed point, and rounding twice decodes as rounding once."""
-    from tdiff.bundle import load_bundle
-    from tdiff.data import pad_batch, read_ids
+    from tdiff.formats.model import load_bundle
+    from tdiff.data.token_ids import pad_batch, read_ids
 
     b = load_bundle(work / "model.safetensors")
     seqs = read_ids(work / "ids.jsonl").seqs[:64]
@@ -228,7 +228,7 @@ def test_train_vae_align_to_a_frozen_lm(work, tmp_path):
     assert r.returncode == 0, r.stderr.decode()
     recs = [json.loads(line) for line in log.read_text().splitlines()]
     assert all(-1 <= rec["align_cos"] <= 1 for rec in recs) and len(recs) == 4
-    from tdiff.artifacts import load_artifact
+    from tdiff.files.artifacts import load_artifact
 
     art = load_artifact(out)
     assert not any(k.startswith(("probe", "vae.probe", "vae.vae")) for k in art.tensors)
@@ -254,8 +254,8 @@ def test_train_vae_with_a_frozen_pretrained_encoder(work, tmp_path):
     saves self-contained, and a DiT trains and samples on it."""
     import torch
 
-    from tdiff.ar import load_ar
-    from tdiff.artifacts import load_artifact
+    from tdiff.formats.ar_dir import load_ar
+    from tdiff.files.artifacts import load_artifact
 
     lm = tmp_path / "lm"
     r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layer", "2",
@@ -294,7 +294,7 @@ def test_train_vae_with_a_frozen_pretrained_encoder(work, tmp_path):
 def test_text_ends_where_the_pads_begin_and_stray_pads_are_dropped():
     from types import SimpleNamespace
 
-    from tdiff.sample import trim_ids
+    from tdiff.sampling.sample import trim_ids
 
     tok = SimpleNamespace(pad_id=3, bos_id=1, eos_id=2)
     assert trim_ids([5, 3, 6, 7, 3, 3, 8, 3, 3, 3, 9], tok) == [5, 6, 7, 8]

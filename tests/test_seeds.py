@@ -1,10 +1,10 @@
-"""One seed derivation for every random stream (tdiff/seeds.py)."""
+"""One seed derivation for every random stream (tdiff/core/seeds.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tdiff.seeds import STREAMS, derive_seed
+from tdiff.core.seeds import STREAMS, derive_seed
 
 
 def test_sample_stream_keeps_its_values():
@@ -24,7 +24,7 @@ def test_streams_are_apart_and_seeds_valid():
 def test_streams_draw_different_numbers():
     """torch's CPU generator keeps only the low 32 bits of a seed: the streams must differ there."""
     torch = pytest.importorskip("torch")
-    from tdiff.seeds import generator
+    from tdiff.core.seeds import generator
 
     firsts = {float(torch.rand(1, generator=generator(s, i, st))) for s in (0, 1, 12345) for i in range(20)
               for st in STREAMS}
@@ -39,7 +39,7 @@ def test_unknown_stream():
 
 def test_generator_is_seeded_by_derive_seed():
     torch = pytest.importorskip("torch")
-    from tdiff.seeds import generator
+    from tdiff.core.seeds import generator
 
     a = torch.rand(3, generator=generator(4, 2, "data"))
     b = torch.rand(3, generator=torch.Generator().manual_seed(derive_seed(4, 2, "data")))

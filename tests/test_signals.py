@@ -40,7 +40,7 @@ def _dit_cmd(work, out, log, steps):
 
 def _uninterrupted(work, d: Path, name: str):
     """An uninterrupted 12-step run's tensors: the reference for an interrupted one."""
-    from tdiff.artifacts import load_artifact
+    from tdiff.files.artifacts import load_artifact
 
     r = run_tdiff(_dit_cmd(work, d / f"{name}.safetensors", d / f"{name}.jsonl", 12))
     assert r.returncode == 0, r.stderr.decode()
@@ -59,7 +59,7 @@ def test_signal_stops_training_with_its_exit_code_and_resume_is_exact(work, tmp_
     minutes — the interrupted run, the resumed run or the reference alike (docs/NOTES.md,
     "Reliability"). A resume that loses state differs every time; so a mismatch repeats the whole
     check (interrupt, resume, reference), up to three times, and one exact attempt passes."""
-    from tdiff.artifacts import load_artifact
+    from tdiff.files.artifacts import load_artifact
 
     failures = []
     for attempt in range(3):
@@ -83,7 +83,7 @@ def test_signal_stops_training_with_its_exit_code_and_resume_is_exact(work, tmp_
 
 
 def test_kill_9_during_train_vae_then_resume_is_exact(work, tmp_path):
-    from tdiff.artifacts import load_artifact
+    from tdiff.files.artifacts import load_artifact
 
     def cmd(out, log, steps):
         return ["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, "--max-steps", steps,

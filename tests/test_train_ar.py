@@ -1,4 +1,4 @@
-"""`tdiff train-ar` and tdiff.ar: the GPT-2 baseline / judge."""
+"""`tdiff train-ar` and tdiff.models.ar, tdiff.formats.ar_dir: the GPT-2 baseline / judge."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_autotokenizer_and_pipeline_load_the_directory_offline(trained):
 
 @pytest.fixture(scope="module")
 def judge(trained):
-    from tdiff.ar import load_ar
+    from tdiff.formats.ar_dir import load_ar
 
     d, _, _ = trained
     model, tok = load_ar(d / "ar", "cpu")
@@ -129,7 +129,7 @@ def judge(trained):
 
 
 def test_generate_records_round_trip(judge):
-    from tdiff.ar import generate_ar
+    from tdiff.sampling.ar import generate_ar
 
     _, model, tok = judge
     kw = dict(num=5, batch_size=3, max_new_tokens=20, temperature=1.0, top_k=50, top_p=0.95, seed=7)
@@ -151,8 +151,8 @@ def test_generate_records_round_trip(judge):
 def test_perplexity_is_exp_of_hf_loss(judge):
     import torch
 
-    from tdiff.ar import heldout_perplexity, judge_nll
-    from tdiff import data as D
+    from tdiff.evaluation.perplexity import heldout_perplexity, judge_nll
+    from tdiff.data import token_ids as D
 
     d, model, tok = judge
     _, held = D.split(D.read_ids(d / "ids.jsonl"), 0.02)
@@ -171,8 +171,8 @@ def test_perplexity_is_exp_of_hf_loss(judge):
 
 
 def test_load_ar_refuses_other_things(tmp_path, trained):
-    from tdiff.ar import is_ar_dir, load_ar
-    from tdiff.errors import DataError, NoInputError, UsageError
+    from tdiff.formats.ar_dir import is_ar_dir, load_ar
+    from tdiff.core.errors import DataError, NoInputError, UsageError
     from tdiff.training.train_ar import check_output_dir
 
     d, _, _ = trained
@@ -191,8 +191,8 @@ def test_load_ar_refuses_other_things(tmp_path, trained):
 
 def test_config_ids_and_sizes():
     pytest.importorskip("transformers")
-    from tdiff.ar import make_config
-    from tdiff.errors import UsageError
+    from tdiff.models.ar import make_config
+    from tdiff.core.errors import UsageError
     from tdiff.training.train_ar import auto_max_len
 
     c = make_config(8000, 128, "base")

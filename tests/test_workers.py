@@ -7,8 +7,8 @@ from contextlib import closing
 
 import pytest
 
-from tdiff.errors import DataError
-from tdiff.workers import WorkerDied, ordered_map
+from tdiff.core.errors import DataError
+from tdiff.core.workers import WorkerDied, ordered_map
 
 _scale = {"k": 1}
 

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from tdiff.errors import ConfigError, require
+from tdiff.core.errors import ConfigError, require
 
 LOGSNR_MIN = -15.0
 LOGSNR_MAX = 15.0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from tdiff.data import text_lengths
+from tdiff.data.token_ids import text_lengths
 
 KINDS = ("prefix", "infill", "span", "length")
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from tdiff.errors import require
+from tdiff.core.errors import require
 
 MAX_BINS = 4096     # more bins than this is a damaged setting, not a time warp
 

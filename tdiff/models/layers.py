@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tdiff import errors
+from tdiff.core import errors
 
 MLP_KINDS = ("gelu", "swiglu")
 MAX_LAYERS = 256       # a config asking for more is damaged, not a model (it would take long to even build)

@@ -49,7 +49,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tdiff.data import text_lengths  # noqa: F401  (re-exported: the decoded length)
+from tdiff.data.token_ids import text_lengths  # noqa: F401  (re-exported: the decoded length)
 from tdiff.models.layers import (MAX_LAYERS, Block, RMSNorm, check_keys, check_transformer, init_weights, require,
                                  rotary_cos_sin)
 

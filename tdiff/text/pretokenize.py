@@ -17,7 +17,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Sequence
 
-from tdiff.workers import ordered_map
+from tdiff.core.workers import ordered_map
 
 DELIMITER = "\U000f0000"  # plane-15 private use: jieba word delimiter seen only by the trainer
 
@@ -44,7 +44,7 @@ def init_jieba(quiet: bool | None = None) -> None:
     import jieba
 
     if quiet is None:
-        from tdiff import log
+        from tdiff.core import log
 
         quiet = not log.is_verbose()
 

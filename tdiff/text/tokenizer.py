@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from tdiff.errors import DataError, NoInputError
+from tdiff.core.errors import DataError, NoInputError
 from tdiff.text.pretokenize import DELIMITER, init_jieba, jieba_words
 from tdiff.text.tokenizer_files import meta_path, vocab_text, write_model_files
 

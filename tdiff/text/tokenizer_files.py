@@ -33,7 +33,7 @@ def vocab_text(sp) -> str:
 
 def write_model_files(model_path, model_bytes: bytes, meta: dict, vocab: str) -> None:
     """tok.vocab, tok.model.json, then tok.model (last: its presence means 'trained'), each atomic."""
-    from tdiff.io import atomic_path
+    from tdiff.files.streams import atomic_path
 
     model_path = Path(model_path)
     files = [

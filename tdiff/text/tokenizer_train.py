@@ -20,7 +20,7 @@ import random
 import re
 from typing import Iterable, Iterator, Sequence
 
-from tdiff.errors import DataError, TdiffError, UsageError
+from tdiff.core.errors import DataError, TdiffError, UsageError
 from tdiff.text.pretokenize import DELIMITER, segment_for_training
 from tdiff.text.tokenizer import BOS_ID, EOS_ID, FORMAT, PAD_ID, PRETOKENIZERS, SPACE_MARK, UNK_ID, Tokenizer
 
@@ -138,7 +138,7 @@ def train(
                 raise
             # The text holds fewer pieces than asked for (small corpus, or jieba words as hard
             # boundaries): learn all there are, as `hard_vocab_limit=false` does, and say so.
-            from tdiff import log
+            from tdiff.core import log
 
             opts["hard_vocab_limit"] = False
             model_bytes = _run_trainer(sentences, opts, seed)
@@ -150,7 +150,7 @@ def train(
         # The vocabulary has no room for all the characters --character-coverage keeps (Chinese with a
         # small --vocab-size). Keep the most frequent characters that fit; the trainer never sees the
         # others (they become cut points), so they are written with byte pieces: still lossless.
-        from tdiff import log
+        from tdiff.core import log
 
         opts["pretokenization_delimiter"] = DELIMITER
         budget = vocab_size - n_meta - 1  # the space piece is always there

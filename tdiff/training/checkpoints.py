@@ -1,6 +1,6 @@
 """What a training checkpoint holds beyond the weights: optimizer state and random generators,
 as tensors plus JSON (no pickle), so `--resume` continues exactly where it left off.
-The file itself is an artifact of kind `checkpoint` (tdiff/artifacts.py).
+The file itself is an artifact of kind `checkpoint` (tdiff/files/artifacts.py).
 """
 
 from __future__ import annotations

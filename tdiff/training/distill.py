@@ -37,10 +37,11 @@ import copy
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from tdiff import artifacts, log
-from tdiff.choices import DISTILL_METHODS
-from tdiff.errors import DataError, UsageError
-from tdiff.io import file_sha256
+from tdiff.files import artifacts
+from tdiff.core import log
+from tdiff.core.choices import DISTILL_METHODS
+from tdiff.core.errors import DataError, UsageError
+from tdiff.files.streams import file_sha256
 from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
 
@@ -187,7 +188,7 @@ def _heldout(loss_fn, lat, seed: int, device, batch_size: int = 256) -> float:
     compares the student with itself and need not fall while the student improves)."""
     import torch
 
-    from tdiff.seeds import generator
+    from tdiff.core.seeds import generator
 
     g = generator(seed, 0, "eval", device)
     fn = loss_fn.trajectory_error if loss_fn.method == "consistency" else loss_fn
@@ -204,11 +205,11 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
             log_path=None, resume=False) -> dict:
     import torch.nn as nn
 
-    from tdiff import data as D
-    from tdiff.bundle import Bundle, load_bundle
-    from tdiff.device import seed_everything
-    from tdiff.latents import encode_latents
-    from tdiff.seeds import generator
+    from tdiff.data import token_ids as D
+    from tdiff.formats.model import Bundle, load_bundle
+    from tdiff.core.device import seed_everything
+    from tdiff.data.latents import encode_latents
+    from tdiff.core.seeds import generator
     from tdiff.training.latent_data import draw_conditions, load_latents
 
     student_steps = plan(dc.method, dc.from_steps, dc.to_steps)

@@ -61,7 +61,7 @@ def share_out(batch_size: int, grad_accum: int, world: int) -> tuple[int, int]:
         return batch_size, grad_accum
     f = world // math.gcd(grad_accum, world)
     if batch_size % f:
-        from tdiff.errors import UsageError
+        from tdiff.core.errors import UsageError
 
         raise UsageError(f"--batch-size {batch_size} × --grad-accum {grad_accum} cannot be shared out between "
                          f"{world} processes: give a --grad-accum that is a multiple of {world}, or a "
@@ -98,7 +98,7 @@ def setup(device: str) -> str:
     import torch
     import torch.distributed as dist
 
-    from tdiff.errors import UsageError
+    from tdiff.core.errors import UsageError
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
     name = (device or "auto").lower()

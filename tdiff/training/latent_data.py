@@ -11,7 +11,7 @@ from dataclasses import dataclass
 class LatentData:
     """The training split as tensors on the training device."""
 
-    data: object               # tdiff.data's read result (its .digest identifies the file)
+    data: object               # tdiff.data.token_ids.read_ids result (its .digest identifies the file)
     train: object              # the training split (.seqs, .labels)
     held: object               # the held-out split
     lat: object                # (M, N, D) normalized VAE posterior means of the training split
@@ -26,10 +26,10 @@ def load_latents(input_path, vae, tok, *, holdout: float, label_field: str, devi
     indexed (against LABEL_NAMES when given: a distilled student keeps its teacher's labels)."""
     import torch
 
-    from tdiff import data as D
-    from tdiff.errors import DataError
-    from tdiff.io import display_name
-    from tdiff.latents import encode_latents
+    from tdiff.data import token_ids as D
+    from tdiff.core.errors import DataError
+    from tdiff.files.streams import display_name
+    from tdiff.data.latents import encode_latents
 
     data, train, held = D.read_split(input_path, tok.vocab_size, holdout, label_field=label_field or None)
     names, labels = [], None

@@ -8,7 +8,7 @@ JSONL log, and periodic atomic checkpoints that `--resume` continues from exactl
 `LoopConfig` is the one declaration of the loop's options: each field that users
 set carries its command-line flag, help text and valid range in its metadata, and
 the command layer builds the options of every training command from it
-(tdiff/commands/training_options.py). A new loop option is one field here (and a
+(tdiff/cli/commands/training_options.py). A new loop option is one field here (and a
 line in the man pages).
 
 `Trainer.run` is three reusable pieces in a loop: `train_step` (one optimizer step:
@@ -32,10 +32,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from tdiff import artifacts, log
-from tdiff.choices import LR_DECAYS
-from tdiff.errors import (EXIT_FAILURE, EXIT_IOERR, AfterTrainingError, DataError, Interrupted, TdiffError,
-                          UsageError)
+from tdiff.files import artifacts
+from tdiff.core import log
+from tdiff.core.choices import LR_DECAYS
+from tdiff.core.errors import (EXIT_FAILURE, EXIT_IOERR, AfterTrainingError, DataError, Interrupted, TdiffError,
+    UsageError)
 from tdiff.training import checkpoints as ck
 
 
@@ -132,7 +133,7 @@ class Trainer:
 
     step_fn(step, micro) -> (objective tensor, metrics dict of floats, tokens in the micro-batch);
     it is called for each of the cfg.grad_accum micro-batches of an optimizer step, inside autocast,
-    with MICRO the run's index of that micro-batch (which data it takes: `tdiff.data.BatchIndex`).
+    with MICRO the run's index of that micro-batch (which data it takes: `tdiff.data.token_ids.BatchIndex`).
     With W processes (torchrun) each calls it for its grad_accum / W share. A metric named
     "loss" is what the log shows as the loss (default: the objective) — `tdiff train` logs
     the denoiser's MSE there when the objective also holds a learned schedule's terms.
@@ -155,7 +156,7 @@ class Trainer:
                  evaluate: Callable | None = None):
         import torch
 
-        from tdiff.seeds import MICRO_STREAMS
+        from tdiff.core.seeds import MICRO_STREAMS
         from tdiff.training import distributed
 
         if cfg.lr_decay not in LR_DECAYS:
@@ -407,7 +408,7 @@ class Trainer:
         """Reseed torch's generator and the named generators for micro-batch MICRO (tdiff.seeds.micro_seed)."""
         import torch
 
-        from tdiff.seeds import micro_seed
+        from tdiff.core.seeds import micro_seed
 
         torch.manual_seed(micro_seed(self.cfg.seed, micro, 0))
         for slot, name in enumerate(sorted(self.generators), start=1):
@@ -458,7 +459,7 @@ class Trainer:
         gradient is not finite. Advances self.step and the EMA when the update is made."""
         import torch
 
-        from tdiff.device import autocast
+        from tdiff.core.device import autocast
         from tdiff.training import distributed
 
         cfg = self.cfg

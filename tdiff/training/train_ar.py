@@ -18,9 +18,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tdiff import data as D
-from tdiff import log
-from tdiff.errors import TdiffError, UsageError
+from tdiff.data import token_ids as D
+from tdiff.core import log
+from tdiff.core.errors import TdiffError, UsageError
 from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
 
@@ -45,7 +45,7 @@ def auto_max_len(seqs, cap: int = 1024) -> int:
 
 def check_output_dir(output: Path) -> None:
     """Refuse to replace anything but an earlier train-ar directory (or an empty one)."""
-    from tdiff.ar import is_ar_dir
+    from tdiff.formats.ar_dir import is_ar_dir
 
     if not output.exists():
         return
@@ -57,7 +57,8 @@ def check_output_dir(output: Path) -> None:
 
 def write_ar_dir(output: Path, model, tok, meta: dict) -> None:
     """Write the transformers directory into a temporary folder beside OUTPUT, then rename it into place."""
-    from tdiff.ar import META_FILE, TOKENIZER_FILE, quiet_transformers, write_transformers_tokenizer
+    from tdiff.formats.ar_dir import META_FILE, TOKENIZER_FILE, write_transformers_tokenizer
+    from tdiff.models.ar import quiet_transformers
 
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -92,10 +93,11 @@ def write_ar_dir(output: Path, model, tok, meta: dict) -> None:
 
 def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, device,
              ckpt_path: Path, log_path=None, resume=False) -> dict:
-    from tdiff.ar import (FORMAT, KIND, TOKENIZER_FILE, build_model, check_transformers_tokenizer, heldout_perplexity,
-                         make_config)
-    from tdiff import __version__
-    from tdiff.device import seed_everything
+    from tdiff.formats.ar_dir import FORMAT, KIND, TOKENIZER_FILE, check_transformers_tokenizer
+    from tdiff.models.ar import build_model, make_config
+    from tdiff.evaluation.perplexity import heldout_perplexity
+    from tdiff.core.version import __version__
+    from tdiff.core.device import seed_everything
     from tdiff.text.tokenizer import Tokenizer
 
     output = Path(output)

@@ -1,7 +1,7 @@
 """Train the DiT denoiser on VAE latents and write the self-contained `model` artifact.
 
 Latents are the VAE posterior means, normalized by the stored latent mean/std
-(unit variance), computed once into an in-memory cache (tdiff/latents.py). Each
+(unit variance), computed once into an in-memory cache (tdiff/data/latents.py). Each
 step is the denoising loss of tdiff/diffusion/losses.py (stratified t, the chosen
 target, self-conditioning, known spans). `--t-sampling adaptive` draws t from the time
 warp of tdiff/diffusion/timewarp.py (stored in the artifact); `--decoder-ce W` adds W times
@@ -17,11 +17,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tdiff import artifacts, log
-from tdiff import data as D
-from tdiff.choices import T_SAMPLINGS
-from tdiff.errors import UsageError
-from tdiff.latents import encode_latents
+from tdiff.files import artifacts
+from tdiff.core import log
+from tdiff.data import token_ids as D
+from tdiff.core.choices import T_SAMPLINGS
+from tdiff.core.errors import UsageError
+from tdiff.data.latents import encode_latents
 from tdiff.training.latent_data import draw_conditions, load_latents
 from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
@@ -65,13 +66,13 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
               log_path=None, resume=False) -> dict:
     import torch
 
-    from tdiff.bundle import load_vae
-    from tdiff.device import seed_everything
+    from tdiff.formats.model import load_vae
+    from tdiff.core.device import seed_everything
     from tdiff.diffusion.losses import decoder_cross_entropy, diffusion_loss, mean_denoising_loss
     from tdiff.diffusion.schedules import make_schedule, vdm_variance_loss
     from tdiff.diffusion.timewarp import TimeWarp
     from tdiff.models.dit import PRESETS, DiT, DiTConfig
-    from tdiff.seeds import generator
+    from tdiff.core.seeds import generator
 
     if tc.target not in ("x0", "eps", "v"):
         raise UsageError(f"--target {tc.target!r}: choose x0, eps or v")

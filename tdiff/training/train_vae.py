@@ -19,10 +19,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tdiff import artifacts, log
-from tdiff import data as D
-from tdiff.errors import UsageError
-from tdiff.latents import latent_stats, reconstruction_metrics
+from tdiff.files import artifacts
+from tdiff.core import log
+from tdiff.data import token_ids as D
+from tdiff.core.errors import UsageError
+from tdiff.data.latents import latent_stats, reconstruction_metrics
 from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
 
@@ -75,7 +76,7 @@ def _frozen_encoder(tc: VAETrainConfig, tok, device):
     """(GPT2Config fields of the frozen encoder, its weights) from --encoder DIR, or (None, None)."""
     if not tc.encoder:
         return None, None
-    from tdiff.ar import load_ar
+    from tdiff.formats.ar_dir import load_ar
     from tdiff.models.vae import ENCODER_LM_KEYS
 
     lm, lm_tok = load_ar(tc.encoder, "cpu")
@@ -94,7 +95,8 @@ def _with_aligner(vae, tok, tc: VAETrainConfig, device):
     import torch.nn as nn
     import torch.nn.functional as F
 
-    from tdiff.ar import hidden_states, load_ar
+    from tdiff.models.ar import hidden_states
+    from tdiff.formats.ar_dir import load_ar
 
     lm, lm_tok = load_ar(tc.align, device)
     if lm_tok.to_bytes() != tok.to_bytes():
@@ -119,7 +121,7 @@ def _with_aligner(vae, tok, tc: VAETrainConfig, device):
 
 def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig, device,
               ckpt_path: Path, log_path=None, resume=False) -> dict:
-    from tdiff.device import seed_everything
+    from tdiff.core.device import seed_everything
     from tdiff.text.tokenizer import Tokenizer
 
     tok = Tokenizer.load(tokenizer_path, option="-t/--tokenizer")

@@ -1,0 +1,365 @@
+"""`tdiff tokenize`: {"text"} records to {"ids"} records with a SentencePiece model, and back (--decode).
+
+When --model does not exist it is first trained on the input (a reservoir
+sample of --train-sample records), then the same input is encoded. A file
+input is simply read twice; stdin is copied to a temporary file while it is
+sampled, so memory holds only the sample.
+
+Records are processed in batches of lines; with --jobs N the batches go to N
+worker processes (each loads the model once) and come back in input order.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from contextlib import closing
+from enum import Enum
+from pathlib import Path
+from typing import IO, Iterator, Optional
+
+import click
+import typer
+
+from tdiff.core import log
+from tdiff.cli.commands import common
+from tdiff.core.errors import DataError, NoInputError, UsageError
+
+BATCH_LINES = 1000
+BATCH_BYTES = 1 << 20
+TRAIN_OPTIONS = ("vocab_size", "model_type", "train_sample", "character_coverage", "seed")
+
+
+class ModelType(Enum):
+    unigram = "unigram"
+    bpe = "bpe"
+
+
+class Pretokenize(Enum):
+    none = "none"
+    jieba = "jieba"
+
+
+def tokenize(
+    ctx: typer.Context,
+    model: Optional[Path] = typer.Option(
+        None,
+        "--model",
+        "-m",
+        metavar="FILE",
+        help="SentencePiece model file, e.g. tok.model (required). If it does not exist it is trained on "
+        "the input first and written with tok.vocab and tok.model.json beside it.",
+        dir_okay=False,
+    ),
+    input: str = typer.Option(
+        "-", "--input", "-i", metavar="PATH", help="Input JSONL ('-' = stdin): {\"text\"} records, or {\"ids\"} with --decode."
+    ),
+    output: str = typer.Option(
+        "-", "--output", "-o", metavar="PATH", help="Output JSONL ('-' = stdout); files are written atomically."
+    ),
+    decode: bool = typer.Option(False, "--decode", "-d", help="Turn {\"ids\"} records back into {\"text\"} records."),
+    keep_text: bool = typer.Option(False, "--keep-text", help="Keep the 'text' field next to 'ids' in the output (encoding only)."),
+    vocab_size: int = typer.Option(8000, "--vocab-size", metavar="N", min=1, max=1_000_000, help="Training: number of pieces (incl. 4 special and 256 byte pieces)."),
+    model_type: ModelType = typer.Option(ModelType.unigram, "--model-type", help="Training: SentencePiece algorithm."),
+    pretokenize: Optional[Pretokenize] = typer.Option(
+        None,
+        "--pretokenize",
+        help="Training: 'jieba' keeps pieces inside Chinese words (recorded in tok.model.json, so later runs "
+        "need not repeat it). Default: none, or what the model records.",
+    ),
+    train_sample: int = typer.Option(200000, "--train-sample", metavar="N", min=1, help="Training: at most this many records (reservoir sample)."),
+    character_coverage: float = typer.Option(
+        0.9995,
+        "--character-coverage",
+        metavar="X",
+        min=0.5,
+        max=1.0,
+        help="Training: share of characters that get their own piece (0.98-1.0); the rest use byte pieces.",
+    ),
+    seed: int = typer.Option(0, "--seed", metavar="N", min=0, max=common.SEED_MAX, help="Training: random seed for the sample and the trainer."),
+    jobs: int = typer.Option(1, "--jobs", "-j", metavar="N", min=0, max=1024, help="Worker processes (0 = one per CPU); output order is kept."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show SentencePiece's training log and jieba's start-up "
+                                 "lines on stderr."),
+    config: Optional[Path] = common.config_option(),
+    dump_config: bool = common.dump_config_option(),
+    quiet: bool = common.quiet_option(),
+):
+    """Turn {"text"} JSONL records into {"ids"} records with a SentencePiece model (or back with --decode).
+
+    Trains the model first when --model does not exist. Other fields pass through.
+    """
+    common.start(ctx)
+    log.set_verbose(verbose)
+    model_type = model_type.value
+    pretokenize = pretokenize.value if pretokenize is not None else None
+    from tdiff.files.streams import display_name, is_std, open_output
+    from tdiff.text.tokenizer import Tokenizer
+    from tdiff.text.tokenizer_files import meta_path
+
+    if model is None:
+        raise UsageError("--model is required: the SentencePiece model to use, or to train first when the file "
+                         "does not exist (e.g. --model tok.model)")
+    if jobs < 0:
+        raise UsageError(f"--jobs must be 0 (one per CPU) or more, got {jobs}")
+    jobs = jobs or (os.cpu_count() or 1)
+    if train_sample < 1:
+        raise UsageError(f"--train-sample must be at least 1, got {train_sample}")
+    name = display_name(input)
+    t0 = time.time()
+    tmp_copy: Optional[str] = None
+    source = input
+    try:
+        if model.exists():
+            tok = Tokenizer.load(model)
+            recorded = tok.meta.get("pretokenize", "none")
+            if pretokenize is not None and pretokenize != recorded:
+                how = f"recorded in {meta_path(model)}" if meta_path(model).exists() else "no tok.model.json beside it"
+                raise UsageError(
+                    f"--pretokenize {pretokenize} does not match model '{model}', which uses --pretokenize "
+                    f"{recorded} ({how}); drop the option or train a new model"
+                )
+            if not tok.lossless:
+                log.warn(f"'{model}' lacks byte-fallback or space pieces (not trained by tdiff): "
+                         "decode(encode(text)) may differ from the text")
+            given = [o for o in TRAIN_OPTIONS if _from_command_line(ctx, o)]
+            if given and not decode:
+                log.warn(f"'{model}' exists, so training options are ignored: "
+                         + ", ".join("--" + g.replace("_", "-") for g in given))
+        elif decode:
+            raise NoInputError(f"model '{model}' does not exist; --decode needs the model the ids were made with (--model)")
+        else:
+            if is_std(input):
+                fd, tmp_copy = tempfile.mkstemp(prefix="tdiff-tokenize-", suffix=".jsonl")
+                os.close(fd)
+                source = tmp_copy
+            tok = _train_on_input(
+                input, tmp_copy, name, model,
+                vocab_size=vocab_size, model_type=model_type, pretokenize=pretokenize or "none",
+                train_sample=train_sample, character_coverage=character_coverage, seed=seed,
+                jobs=jobs, verbose=verbose,
+            )
+            log.info(f"tokenize: trained {model_type} model '{model}' ({tok.vocab_size} pieces, "
+                     f"pretokenize {tok.meta['pretokenize']}) in {time.time() - t0:.1f} s")
+        t1 = time.time()
+        try:
+            with open_output(output) as out:
+                stats = _run(source, name, out, tok, decode=decode, keep_text=keep_text, jobs=jobs)
+        except BrokenPipeError:  # the reader went away (`tdiff tokenize ... | head`): stop quietly
+            _stdout_to_devnull()
+            raise typer.Exit(0)
+    finally:
+        if tmp_copy:
+            Path(tmp_copy).unlink(missing_ok=True)
+    _summary(stats, decode, time.time() - t1)
+
+
+def _stdout_to_devnull() -> None:
+    """Python's 'Note on SIGPIPE': later flushes of stdout must not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _from_command_line(ctx: click.Context, param: str) -> bool:
+    src = ctx.get_parameter_source(param)
+    return src is not None and src.name == "COMMANDLINE"
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _open_source(path) -> IO[bytes]:
+    from tdiff.files.streams import open_binary_input
+
+    return open_binary_input(path)
+
+
+def parse_line(raw: bytes, n: int, name: str) -> Optional[dict]:
+    """The JSON object on one raw line (None for a blank line); DataError naming NAME:N otherwise."""
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{name}:{n}: invalid UTF-8 at byte {e.start} (JSONL must be UTF-8; tdiff clean repairs text)") from None
+    if not line.strip():
+        return None
+    from tdiff.files.streams import parse_json
+
+    return parse_json(line, n, name)
+
+
+def _text_of(rec: dict, n: int, name: str) -> str:
+    t = rec.get("text")
+    if not isinstance(t, str):
+        if "text" not in rec:
+            hint = " (these are token records: add --decode)" if "ids" in rec else ""
+            raise DataError(f"{name}:{n}: record has no 'text' field{hint}")
+        raise DataError(f"{name}:{n}: field 'text' must be a string, got {type(t).__name__}")
+    return t
+
+
+def _train_on_input(input, copy_to, name, model, *, train_sample, seed, jobs, verbose, **opts):
+    """Reservoir-sample the input's texts (copying stdin to COPY_TO on the way) and train MODEL."""
+    from tdiff.text.tokenizer_train import reservoir_sample, train
+
+    src = _open_source(input)
+    copy = open(copy_to, "wb") if copy_to else None
+
+    def texts() -> Iterator[str]:
+        for n, raw in enumerate(src, 1):
+            if copy is not None:
+                copy.write(raw)
+            rec = parse_line(raw, n, name)
+            if rec is not None:
+                yield _text_of(rec, n, name)
+
+    try:
+        sample, count = reservoir_sample(texts(), train_sample, seed)
+    finally:
+        if copy is not None:
+            copy.close()
+        if src is not sys.stdin.buffer:
+            src.close()
+    if count == 0:
+        raise DataError(f"{name} has no records: nothing to train '{model}' on; give text records or an existing --model")
+    log.info(f"tokenize: training on {len(sample):,} of {count:,} records"
+             + (" (jieba pre-tokenization)" if opts.get("pretokenize") == "jieba" else ""))
+    with log.progress() as bar:
+        bar.add_task(f"train tokenizer on {len(sample):,} texts", total=None, unit="")
+        return train(sample, model, seed=seed, jobs=jobs, verbose=verbose, **opts)
+
+
+def _chunks(path) -> Iterator[tuple[int, list[bytes]]]:
+    """(first line number, raw lines) batches of at most BATCH_LINES lines / BATCH_BYTES bytes."""
+    f = _open_source(path)
+    try:
+        lines: list[bytes] = []
+        size = 0
+        start = 1
+        for n, raw in enumerate(f, 1):
+            lines.append(raw)
+            size += len(raw)
+            if len(lines) >= BATCH_LINES or size >= BATCH_BYTES:
+                yield start, lines
+                lines, size, start = [], 0, n + 1
+        if lines:
+            yield start, lines
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+# ---------------------------------------------------------------- work (main process or workers)
+
+_state: dict = {}
+
+
+def _init_worker(model_bytes: bytes, meta: dict, name: str, decode: bool, keep_text: bool, threads: int,
+                 quiet: bool = True) -> None:
+    from tdiff.text.pretokenize import init_jieba
+    from tdiff.text.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_bytes(model_bytes, meta, num_threads=threads)
+    if tok.pretokenize == "jieba" and not decode:
+        init_jieba(quiet=quiet)
+    _state.update(tok=tok, name=name, decode=decode, keep_text=keep_text)
+
+
+def _work(chunk: tuple[int, list[bytes]]) -> tuple[str, int, int, int]:
+    """Encode or decode one batch: (JSONL text, records, characters, ids)."""
+    from tdiff.files.streams import dumps
+
+    start, lines = chunk
+    tok, name, keep_text = _state["tok"], _state["name"], _state["keep_text"]
+    recs: list[dict] = []
+    nums: list[int] = []
+    for k, raw in enumerate(lines):
+        rec = parse_line(raw, start + k, name)
+        if rec is not None:
+            recs.append(rec)
+            nums.append(start + k)
+    out: list[str] = []
+    n_chars = n_ids = 0
+    if _state["decode"]:
+        for rec, n in zip(recs, nums):
+            if "ids" not in rec:
+                hint = " (these are text records: drop --decode)" if "text" in rec else ""
+                raise DataError(f"{name}:{n}: record has no 'ids' field{hint}")
+            ids = rec["ids"]
+            problem = tok.check_ids(ids)
+            if problem:
+                raise DataError(f"{name}:{n}: {problem}")
+            text = tok.decode_bytes(ids).decode("utf-8", errors="ignore")  # ids are checked just above
+            n_chars += len(text)
+            n_ids += len(ids)
+            o = {}
+            for key, v in rec.items():
+                if key == "ids":
+                    o["text"] = text
+                elif key != "text":
+                    o[key] = v
+            out.append(dumps(o))
+    else:
+        texts = [_text_of(rec, n, name) for rec, n in zip(recs, nums)]
+        for rec, ids in zip(recs, tok.encode_batch(texts)):
+            n_ids += len(ids)
+            o = {}
+            for key, v in rec.items():
+                if key == "text":
+                    if keep_text:
+                        o["text"] = v
+                    o["ids"] = ids
+                elif key != "ids":
+                    o[key] = v
+            out.append(dumps(o))
+        n_chars = sum(map(len, texts))
+    return "".join(out), len(recs), n_chars, n_ids
+
+
+def _run(source, name: str, out: IO[str], tok, *, decode: bool, keep_text: bool, jobs: int) -> dict:
+    stats = {"records": 0, "chars": 0, "ids": 0}
+
+    def emit(res) -> None:
+        text, n_rec, n_chars, n_ids = res
+        if text:
+            out.write(text)
+            out.flush()
+        stats["records"] += n_rec
+        stats["chars"] += n_chars
+        stats["ids"] += n_ids
+        bar.advance(task, n_rec)
+
+    with log.progress() as bar:
+        task = bar.add_task("decode" if decode else "encode", total=None, unit=" records")
+        if jobs <= 1:
+            _init_worker(tok.to_bytes(), tok.meta, name, decode, keep_text, os.cpu_count() or 1, not log.is_verbose())
+            for chunk in _chunks(source):
+                emit(_work(chunk))
+            return stats
+        from tdiff.text.pretokenize import init_jieba
+        from tdiff.core.workers import ordered_map, pool_context
+
+        if tok.pretokenize == "jieba" and not decode and pool_context().get_start_method() == "fork":
+            init_jieba()  # once here; forked workers inherit the loaded dictionary
+        args = (tok.to_bytes(), tok.meta, name, decode, keep_text, 1, True)
+        # ordered_map, not multiprocessing.Pool: a Pool can hang for ever in terminate() after
+        # SIGTERM (a shared lock left held by a dead worker); these workers are always killable.
+        with closing(ordered_map(_work, _chunks(source), jobs, initializer=_init_worker, initargs=args)) as results:
+            for res in results:
+                emit(res)
+    return stats
+
+
+def _summary(stats: dict, decode: bool, seconds: float) -> None:
+    r, c, i = stats["records"], stats["chars"], stats["ids"]
+    ratio = f", {c / i:.2f} chars/id" if i else ""
+    verb = "decoded" if decode else "encoded"
+    log.info(f"tokenize: {verb} {r:,} records, {c:,} chars, {i:,} ids{ratio} in {seconds:.1f} s")
+

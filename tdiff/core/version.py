@@ -1,0 +1,3 @@
+"""The running version of tdiff, stored in every artifact it writes."""
+
+__version__ = "0.1.0"
