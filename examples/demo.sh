@@ -6,7 +6,7 @@
 # review labelled pos or neg, so the default model is label-conditional: the demo ends with
 # reviews steered to each label by classifier-free guidance.
 # Budgets: VAE_MINUTES and DIT_MINUTES (training stops at the step or time budget).
-# Recipe: the songci measurements of docs/NOTES.md ("Quality programme"): 16-wide latents and
+# Recipe: the songci measurements of docs/RESULTS.md ("Training levers, two seeds"): 16-wide latents and
 # adaptive timestep sampling.
 set -euo pipefail
 DEMO_DIR=${DEMO_DIR:-demo}
@@ -45,7 +45,7 @@ done_stage clean
 
 stage "tokenize (trains $DEMO_DIR/tok.model)"
 rm -f "$DEMO_DIR/tok.model" "$DEMO_DIR/tok.vocab" "$DEMO_DIR/tok.model.json"
-tdiff tokenize --model "$DEMO_DIR/tok.model" --vocab-size 4000 --pretokenize jieba --jobs 2 \
+tdiff tokenize --tokenizer "$DEMO_DIR/tok.model" --vocab-size 4000 --pretokenize jieba --jobs 2 \
   -i "$DEMO_DIR/text.jsonl" -o "$DEMO_DIR/ids.jsonl"
 done_stage tokenize
 

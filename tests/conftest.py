@@ -86,7 +86,7 @@ def work(tmp_path_factory):
     raw = _corpus(tmp)
     r = run_tdiff(["clean", "--max-chars", "40", "-i", raw, "-o", tmp / "text.jsonl", "--quiet"])
     assert r.returncode == 0, r.stderr.decode()
-    r = run_tdiff(["tokenize", "--model", tmp / "tok.model", "--vocab-size", "600", "-i", tmp / "text.jsonl",
+    r = run_tdiff(["tokenize", "--tokenizer", tmp / "tok.model", "--vocab-size", "600", "-i", tmp / "text.jsonl",
                    "-o", tmp / "ids.jsonl", "--quiet"])
     assert r.returncode == 0, r.stderr.decode()
     r = run_tdiff(["train-vae", "-i", tmp / "ids.jsonl", "-t", tmp / "tok.model", "-o", tmp / "vae.safetensors",

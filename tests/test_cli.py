@@ -65,13 +65,17 @@ def _click_params(name):
 @pytest.mark.parametrize("name,lr,batch", [("train-vae", 1e-3, 64), ("train", 5e-4, 64), ("train-ar", 1e-3, 32)])
 def test_training_commands_share_the_loop_options(name, lr, batch):
     """Every LoopConfig option is an option of every training command, declared once (training/loop.py),
-    with the command's own defaults."""
+    with the command's own defaults; where the command line spells it otherwise (--ema-decay), the
+    metadata's flag is its hidden old spelling."""
+    from tdiff.cli.commands.training_options import loop_flag, loop_option_name
     from tdiff.training.loop import option_fields, option_name
 
     params = _click_params(name)
     for f in option_fields():
-        assert option_name(f) in params, f"{name} lacks {f.metadata['flag']}"
-        assert f.metadata["flag"] in params[option_name(f)].opts
+        assert loop_option_name(f) in params, f"{name} lacks {loop_flag(f)}"
+        assert loop_flag(f) in params[loop_option_name(f)].opts
+        if loop_flag(f) != f.metadata["flag"]:
+            assert params[option_name(f)].hidden and f.metadata["flag"] in params[option_name(f)].opts
     for shared in ("input", "preset", "batch_size", "holdout", "device", "dtype", "seed", "log", "checkpoint",
                    "resume", "quiet", "config", "dump_config"):
         assert shared in params
@@ -82,13 +86,13 @@ def test_training_dump_config_and_ranges(tmp_path):
     import yaml
 
     cfg = tmp_path / "t.yaml"
-    cfg.write_text("lr: 0.01\nlr-decay: budget\nbatch_size: 8\nwarmup: 7\nema: 0.99\n")
+    cfg.write_text("lr: 0.01\nlr-decay: budget\nbatch_size: 8\nwarmup: 7\nema-decay: 0.99\n")
     r = run_tdiff(["train", "-o", tmp_path / "m", "--vae", tmp_path / "v", "--config", cfg, "--dump-config"])
     assert r.returncode == 0, r.stderr.decode()
     d = yaml.safe_load(r.stdout)
     assert d["lr"] == 0.01 and d["lr_decay"] == "budget" and d["batch_size"] == 8 and d["target"] == "v"
-    assert d["warmup"] == 7 and d["ema"] == 0.99            # config keys are the option names, as before
-    for bad in (["--grad-accum", "0"], ["--lr-decay", "linear"], ["--ema", "1.5"], ["--dtype", "fp8"],
+    assert d["warmup"] == 7 and d["ema_decay"] == 0.99      # config keys are the option names, as before
+    for bad in (["--grad-accum", "0"], ["--lr-decay", "linear"], ["--ema-decay", "1.5"], ["--dtype", "fp8"],
                 ["--preset", "huge"], ["--max-steps", "0"]):
         r = run_tdiff(["train-vae", "-o", tmp_path / "m", "-t", tmp_path / "t", *bad])
         assert r.returncode == 2, bad

@@ -206,9 +206,9 @@ def test_labels_and_guidance(work, tmp_path):
     assert r.returncode == 0, _err(r)
     out = _out(run_tdiff(["sample", "-m", model, "-n", "3", "--label", "a", "--guidance", "2", "-q"]))
     assert len(out) == 3 and all(r["label"] == "a" for r in out)      # what eval --classifier reads
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
 
-    b = load_bundle(model)
+    b = load_model(model)
     assert b.labels == ["a", "b"]
     n, d = b.latent_shape
     x, t = torch.randn(2, n, d), torch.full((2,), 0.6, dtype=torch.float64)

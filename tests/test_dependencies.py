@@ -116,9 +116,9 @@ def test_every_subcommand_runs_on_the_core_dependencies(core_python, work, tmp_p
     tiny = ["--preset", "tiny", "--device", "cpu", "--quiet", "--batch-size", "8", "--max-steps", "2"]
     steps = [
         ["clean", "--max-chars", "40", "-i", t / "raw.txt", "-o", t / "text.jsonl", "--quiet"],
-        ["tokenize", "--model", t / "tok.model", "--vocab-size", "300", "-i", t / "text.jsonl",
+        ["tokenize", "--tokenizer", t / "tok.model", "--vocab-size", "300", "-i", t / "text.jsonl",
          "-o", t / "ids.jsonl", "--quiet"],
-        ["tokenize", "--decode", "--model", t / "tok.model", "-i", t / "ids.jsonl", "-o", t / "back.jsonl"],
+        ["tokenize", "--decode", "--tokenizer", t / "tok.model", "-i", t / "ids.jsonl", "-o", t / "back.jsonl"],
         ["train-vae", "-i", t / "ids.jsonl", "-t", t / "tok.model", "-o", t / "vae.safetensors", "--latent-dim", "8", *tiny],
         ["train", "-i", t / "ids.jsonl", "--vae", t / "vae.safetensors", "-o", t / "model.safetensors", *tiny],
         ["sample", "-m", t / "model.safetensors", "--num", "2", "--steps", "2", "-o", t / "samples.jsonl", "--quiet"],

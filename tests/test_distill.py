@@ -183,7 +183,7 @@ def test_teachers_that_cannot_teach_are_refused(students, work, tmp_path):
 def test_interrupted_distillation_resumes_exactly(work, tmp_path):
     """SIGINT in the second round, then --resume: the same student as an uninterrupted run (the
     round's teacher comes back from the checkpoint). Repeated up to three times on a mismatch, as
-    the other resume tests are (the VM's occasional ulp flake, docs/NOTES.md)."""
+    the other resume tests are (the VM's occasional ulp flake, docs/RESULTS.md, "Determinism and exact resume")."""
     from safetensors.torch import load_file
 
     def cmd(out, log):

@@ -48,14 +48,13 @@ def work(tmp_path_factory):
     """Tokenizer, ids, a VAE file, a model file (VAE + DiT) and an AR directory, all tiny and untrained."""
     import torch
 
-    from tdiff.formats.ar_dir import FORMAT, KIND
     from tdiff.models.ar import build_model, make_config
     from tdiff.diffusion.schedules import make_schedule
     from tdiff.models.dit import DiT, DiTConfig
     from tdiff.models.vae import TextVAE, VAEConfig
     from tdiff.text.tokenizer_train import train
     from tdiff.files import artifacts as ck
-    from tdiff.training.train_ar import write_ar_dir
+    from tdiff.formats.ar_dir import save_ar
 
     torch.manual_seed(0)
     d = tmp_path_factory.mktemp("eval")
@@ -92,7 +91,7 @@ def work(tmp_path_factory):
                      tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
 
     ar = build_model(make_config(tok.vocab_size, 32, n_layer=1, n_embd=32, n_head=2, dropout=0.0))
-    write_ar_dir(d / "ar", ar, tok, {"format": FORMAT, "kind": KIND, "tokenizer": "tok.model", "train": {}})
+    save_ar(d / "ar", ar, tok, {})
     return d
 
 
@@ -246,12 +245,12 @@ def test_noise_levels_table(work):
     is the clean one, so the naive accuracy is the VAE's own accuracy on the text positions."""
     import torch
 
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
     from tdiff.data.token_ids import pad_batch, read_ids
     from tdiff.evaluation.evaluate import noise_levels
 
     dev = torch.device("cpu")
-    bundle = load_bundle(work / "model.safetensors", dev)
+    bundle = load_model(work / "model.safetensors", dev)
     seqs = read_ids(work / "ids.jsonl").seqs
     out = noise_levels(bundle, seqs, dev, levels=(1e-4, 0.5, 0.9), seed=3)
     assert list(out["by_t"]) == ["0.0001", "0.5", "0.9"] and out["sequences"] == len(seqs)
@@ -282,7 +281,7 @@ def test_noise_levels_cli(work):
 
 def test_ar_perplexity_and_speed(work):
     out = _json(run_eval(["-m", work / "ar", "--data", work / "ids.jsonl", "--speed", "--length", "6",
-                          "--repeats", "3", "--warmup", "1", "--batch-size", "2", *CPU]))
+                          "--repeats", "3", "--warmup-batches", "1", "--batch-size", "2", *CPU]))
     p = out["perplexity"]
     assert p["perplexity"] > 1 and p["tokens"] > 0
     s = out["speed"]
@@ -293,7 +292,7 @@ def test_ar_perplexity_and_speed(work):
 
 def test_diffusion_speed(work, tmp_path):
     o = tmp_path / "m.json"
-    r = run_eval(["-m", work / "model.safetensors", "--speed", "--steps", "3", "--repeats", "3", "--warmup", "1",
+    r = run_eval(["-m", work / "model.safetensors", "--speed", "--steps", "3", "--repeats", "3", "--warmup-batches", "1",
                   "--batch-size", "2", "-o", o, *CPU])
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout == b""

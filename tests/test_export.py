@@ -84,10 +84,10 @@ def test_bf16_slim_export_is_half_the_size_and_samples(work, tmp_path):
 
 
 def _library_outputs(model_path, inputs):
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
     from tdiff.export.programs import program_modules
 
-    mods = program_modules(load_bundle(model_path, "cpu"), "fp32")
+    mods = program_modules(load_model(model_path, "cpu"), "fp32")
     with torch.inference_mode():
         return {k: mods[k](*v) for k, v in inputs.items()}
 
@@ -100,10 +100,10 @@ def test_programs_match_the_source_at_any_batch_size(work, tmp_path, exported, f
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["format"] == fmt and set(cfg["programs"]) == {"denoiser", "decoder", "schedule"}
     assert all(c["rel_error"] <= c["tolerance"] for c in cfg["verify"]["checks"].values())
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
     from tdiff.export.programs import example_inputs
 
-    inputs = example_inputs(load_bundle(work / "model.safetensors"), batch=5, seed=7)   # a batch never traced
+    inputs = example_inputs(load_model(work / "model.safetensors"), batch=5, seed=7)   # a batch never traced
     ref = _library_outputs(work / "model.safetensors", inputs)
     from tdiff.export.programs import SAVERS
 
@@ -154,10 +154,10 @@ def test_example_samples_what_tdiff_samples(work, exported):
     ex = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ex)
     cfg, progs, sp = ex.load(exported)
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
     from tdiff.sampling.sample import SampleOptions, latents_to_ids, sample_latents, trim_ids
 
-    bundle = load_bundle(work / "model.safetensors")
+    bundle = load_model(work / "model.safetensors")
     for solver, steps in (("dpm", 12), ("ddim", 5)):
         opts = SampleOptions(steps=steps, solver=solver)
         z = sample_latents(bundle, 4, opts, torch.Generator().manual_seed(5), torch.device("cpu"))
@@ -220,9 +220,9 @@ def test_a_failed_check_leaves_the_old_export(work, tmp_path, monkeypatch):
 
 def test_chunked_greedy_head_equals_the_full_argmax(work, monkeypatch):
     from tdiff.sampling import sample as S
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
 
-    bundle = load_bundle(work / "model.safetensors")
+    bundle = load_model(work / "model.safetensors")
     n, d = bundle.latent_shape
     z = torch.randn(5, n, d, generator=torch.Generator().manual_seed(0))
     must = torch.zeros(5, n, dtype=torch.bool)

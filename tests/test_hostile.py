@@ -162,9 +162,9 @@ def test_lone_surrogates(work, tmp_path):
     assert json.loads(r.stdout)["text"] == "a\ufffdb"
     r = run_tdiff(["clean", "--jsonl", "--strict"], input=bad)
     one_line_error(r, 65, "<stdin>:1")
-    r = run_tdiff(["tokenize", "--model", work / "tok.model"], input=bad)
+    r = run_tdiff(["tokenize", "--tokenizer", work / "tok.model"], input=bad)
     one_line_error(r, 65, ":1")
-    r = run_tdiff(["tokenize", "--model", tmp_path / "new.model", "--vocab-size", "300"],
+    r = run_tdiff(["tokenize", "--tokenizer", tmp_path / "new.model", "--vocab-size", "300"],
                   input='{"text": "ok"}\n' + bad)
     one_line_error(r, 65, ":2")
 
@@ -243,7 +243,7 @@ def test_bad_option_values_are_usage_errors(tmp_path, args, option, capsys):
     need = {"train-vae": ["-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", "/dev/null"],
             "train": ["-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", "/dev/null"],
             "sample": ["-m", work / "model.safetensors"], "eval": ["-m", work / "model.safetensors"],
-            "tokenize": ["--model", "/nonexistent/new.model"]}[cmd]
+            "tokenize": ["--tokenizer", "/nonexistent/new.model"]}[cmd]
     r = run_in_process([cmd, *need, *rest, "--device", "cpu"] if cmd != "tokenize" else [cmd, *need, *rest], capsys)
     one_line_error(r, 2, option)
 
@@ -293,8 +293,8 @@ def test_resume_from_a_directory_checkpoint(work, tmp_path):
 
 def test_ar_directories_with_pickled_weights_are_refused(work, tmp_path):
     lm = tmp_path / "lm"
-    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layer", "1",
-                   "--n-embd", "32", "--n-head", "2", "--max-steps", "1", "--batch-size", "8", *TINY])
+    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layers", "1",
+                   "--d-model", "32", "--n-heads", "2", "--max-steps", "1", "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
     (lm / "model.safetensors").rename(lm / "pytorch_model.bin")            # what a pickle-only directory holds
     r = run_tdiff(["sample", "-m", lm, "--device", "cpu"])

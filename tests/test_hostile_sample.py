@@ -64,11 +64,11 @@ def test_a_batch_too_big_for_the_memory_is_refused_before_any_work(model, tmp_pa
 
 def test_sampled_decoding_counts_the_whole_logits(model, ram):
     """Greedy decoding never holds the (B, L, V) logits; sampling (or the repetition penalty) does."""
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
     from tdiff.sampling.sample import SampleOptions, check_memory
 
     ram(2)
-    bundle, cpu = load_bundle(model), torch.device("cpu")
+    bundle, cpu = load_model(model), torch.device("cpu")
     check_memory(bundle, SampleOptions(batch_size=4096), 4096, cpu)
     for opts in (SampleOptions(batch_size=4096, temperature=1.0), SampleOptions(batch_size=4096, repetition_penalty=2)):
         with pytest.raises(UsageError, match="--batch-size 4096"):
@@ -185,8 +185,8 @@ def ar_model(work, tmp_path_factory):
     from conftest import run_tdiff
 
     d = tmp_path_factory.mktemp("ar") / "ar"
-    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", d, "--n-layer", "1",
-                   "--n-embd", "32", "--n-head", "2", "--max-steps", "1", "--batch-size", "4", *CPU, "-q"])
+    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", d, "--n-layers", "1",
+                   "--d-model", "32", "--n-heads", "2", "--max-steps", "1", "--batch-size", "4", *CPU, "-q"])
     assert r.returncode == 0, r.stderr.decode()
     return d
 

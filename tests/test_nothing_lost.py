@@ -90,7 +90,7 @@ def test_train_ar_failing_after_training_keeps_the_weights(work, tmp_path, capsy
     out, ck = tmp_path / "ar", tmp_path / "ar.ckpt.safetensors"
     args = ["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, *FAST]
     with monkeypatch.context() as m:
-        m.setattr(train_ar, "write_ar_dir", broken)
+        m.setattr(train_ar, "save_ar", broken)
         r = run_in_process(args, capsys)
     err = one_line_error(r, 1, "tiktoken", f"the trained weights are safe in the checkpoint {ck} (step 2)",
                          f"--checkpoint {ck} --resume")
@@ -105,12 +105,12 @@ def test_train_ar_failing_after_training_keeps_the_weights(work, tmp_path, capsy
 
 def test_train_ar_checks_the_tokenizer_conversion_before_training(work, tmp_path, capsys, monkeypatch):
     """A transformers that cannot convert the tokenizer fails in seconds, before any step."""
-    from tdiff.models import ar
+    from tdiff.formats import ar_dir
 
     def broken(*a, **k):
         raise ValueError("`tiktoken` is required to read a `tiktoken` file")
 
-    monkeypatch.setattr(ar, "write_transformers_tokenizer", broken)
+    monkeypatch.setattr(ar_dir, "write_transformers_tokenizer", broken)
     r = run_in_process(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "ar",
                         *FAST], capsys)
     one_line_error(r, 1, "cannot convert the tokenizer for AutoTokenizer", "tiktoken")
@@ -120,7 +120,7 @@ def test_train_ar_checks_the_tokenizer_conversion_before_training(work, tmp_path
 # ---------------------------------------------------------------- 11: the same file as input and output
 
 SAME = [
-    (["tokenize", "--model", "{w}/tok.model", "-i", "{w}/text.jsonl", "-o", "{w}/tok.model"], "-m/--model", "tok.model"),
+    (["tokenize", "--tokenizer", "{w}/tok.model", "-i", "{w}/text.jsonl", "-o", "{w}/tok.model"], "-t/--tokenizer", "tok.model"),
     (["train-vae", "-i", "{w}/ids.jsonl", "-t", "{w}/tok.model", "-o", "{w}/ids.jsonl"], "-i/--input", "ids.jsonl"),
     (["train", "-i", "{w}/ids.jsonl", "--vae", "{w}/vae.safetensors", "-o", "{t}/m.safetensors",
       "--checkpoint", "{w}/vae.safetensors"], "--vae", "vae.safetensors"),
@@ -207,7 +207,7 @@ def test_deeply_nested_json_with_an_escape_is_one_line(work, tmp_path, capsys):
     deep = '{"text": "abc", "x": ' + "[" * 600 + '"\\ud800"' + "]" * 600 + "}"
     f = tmp_path / "deep.jsonl"
     f.write_text('{"text": "ok"}\n' + deep + "\n")
-    r = run_in_process(["tokenize", "--model", work / "tok.model", "-i", f, "-o", tmp_path / "ids.jsonl"], capsys)
+    r = run_in_process(["tokenize", "--tokenizer", work / "tok.model", "-i", f, "-o", tmp_path / "ids.jsonl"], capsys)
     one_line_error(r, 65, "deep.jsonl:2", "lone surrogate")
     assert not (tmp_path / "ids.jsonl").exists()
     from tdiff.core.errors import DataError

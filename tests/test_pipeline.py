@@ -156,8 +156,8 @@ def test_resume_is_exact(work, tmp_path):
     """Killed mid-run and resumed, `tdiff train` ends with the same weights as one uninterrupted run
     (noise generator state, data order, optimizer, EMA and learning rate all continue).
 
-    This VM now and then computes the same fp32 run a few ulps off, in bursts (docs/NOTES.md, "The
-    intermittent signal-resume mismatch, explained"), whichever process it is; so a mismatch repeats
+    This VM now and then computes the same fp32 run a few ulps off, in bursts (docs/RESULTS.md,
+    "Determinism and exact resume"), whichever process it is; so a mismatch repeats
     the whole check (reference, kill, resume), up to three times, and one exact attempt passes. A
     resume that loses state differs in every attempt."""
     failures = []

@@ -109,7 +109,7 @@ def test_eval_every_logs_heldout_figures_without_changing_training(work, tmp_pat
     assert [r["loss"] for r in log] == [r["loss"] for r in plain_log]
     a, b = load_file(str(plain)), load_file(str(watched))
     # the same weights: bit for bit in our runs; the tolerance is this VM's rare few-ulp wobble of the same
-    # fp32 command (docs/NOTES.md), far below what other random draws do (another --seed: 0.36)
+    # fp32 command (docs/RESULTS.md, "Determinism and exact resume"), far below what other random draws do (another --seed: 0.36)
     worst = max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
     assert worst <= 1e-6, worst
     out = tmp_path / "held.png"

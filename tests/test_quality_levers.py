@@ -106,14 +106,14 @@ def test_train_with_adaptive_t_decoder_ce_and_size(work, tmp_path):
     assert all({"mse", "decoder_ce", "x0_error"} <= set(rec) for rec in recs)
     assert all(rec["loss"] == rec["mse"] for rec in recs)                # the logged loss stays the MSE
     from tdiff.files.artifacts import load_artifact
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
 
     art = load_artifact(out)
     assert art.config["dit"]["d_model"] == 64 and art.config["dit"]["n_layers"] == 2
     assert art.config["timewarp"]["bins"] == 64 and "timewarp.curve" in art.tensors
     assert 8 <= float(art.tensors["timewarp.count"].sum()) <= 8 * 8     # bin updates: ≥ 1 per step, ≤ 1 per example
     assert art.train["config"]["t_sampling"] == "adaptive" and art.train["config"]["decoder_ce"] == 0.5
-    b = load_bundle(out)
+    b = load_model(out)
     assert b.dit.config.d_model == 64
     r = run_tdiff(["sample", "-m", out, "--num", "3", "--steps", "2", "--device", "cpu"])
     assert r.returncode == 0 and len(r.stdout.decode().splitlines()) == 3
@@ -145,10 +145,10 @@ def test_train_vae_size_and_latent_noise(work, tmp_path):
 
 def test_samples_are_never_empty(work):
     """Latents of an all-pad sequence decode to pads; the first position is still a text token."""
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
     from tdiff.sampling.sample import SampleOptions, latents_to_ids
 
-    b = load_bundle(work / "model.safetensors")
+    b = load_model(work / "model.safetensors")
     tok, vae = b.tokenizer, b.vae
     ids = torch.full((2, vae.config.max_len), tok.pad_id)
     with torch.no_grad():
@@ -160,8 +160,7 @@ def test_samples_are_never_empty(work):
 
 
 def test_frontier_interpolates_at_the_real_entropy():
-    sys.path.insert(0, str(ROOT / "bench"))
-    from frontier import at_entropy
+    from bench.quality.frontier import at_entropy
 
     pts = [{"char_entropy": 5.0, "judge_ppl": 100.0}, {"char_entropy": 6.0, "judge_ppl": 400.0},
            {"char_entropy": 7.0, "judge_ppl": 1600.0}]
@@ -176,10 +175,10 @@ def test_time_grid_warp_and_round_x0(work, tmp_path):
     r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out,
                    "--t-sampling", "adaptive", "--max-steps", "4", "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
     from tdiff.diffusion.solvers import time_grid
 
-    b = load_bundle(out)
+    b = load_model(out)
     ts = time_grid(12, b.schedule, "warp", warp=b.timewarp)
     assert ts.shape == (13,) and float(ts[0]) == 1 and float(ts[-1]) == 0 and bool((ts.diff() < 0).all())
     for extra in (["--time-grid", "warp"], ["--round-x0"], ["--time-grid", "logsnr", "--round-x0"]):
@@ -198,10 +197,10 @@ def test_time_grid_warp_and_round_x0(work, tmp_path):
 def test_round_x0_keeps_the_latents_of_text_the_vae_reconstructs(work):
     """Rounding snaps latents to the latents of the tokens they decode to, so the latents of real
     text that the VAE reconstructs are a fixed point, and rounding twice decodes as rounding once."""
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
     from tdiff.data.token_ids import pad_batch, read_ids
 
-    b = load_bundle(work / "model.safetensors")
+    b = load_model(work / "model.safetensors")
     seqs = read_ids(work / "ids.jsonl").seqs[:64]
     # short texts (1-3 tokens): the tests' 40-step VAE reconstructs many of them whole, few long ones
     ids = pad_batch([s[:1 + i % 3] for i, s in enumerate(seqs)], b.vae.config.max_len, b.tokenizer.pad_id)  # (B, L)
@@ -218,8 +217,8 @@ def test_round_x0_keeps_the_latents_of_text_the_vae_reconstructs(work):
 
 def test_train_vae_align_to_a_frozen_lm(work, tmp_path):
     lm, log = tmp_path / "lm", tmp_path / "v.jsonl"
-    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layer", "2",
-                   "--n-embd", "32", "--n-head", "2", "--max-steps", "2", "--batch-size", "8", *TINY])
+    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layers", "2",
+                   "--d-model", "32", "--n-heads", "2", "--max-steps", "2", "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
     out = tmp_path / "v.safetensors"
     r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, "--align", lm,
@@ -237,7 +236,7 @@ def test_train_vae_align_to_a_frozen_lm(work, tmp_path):
     assert r.returncode == 0
     # a language model over another tokenizer is refused before training starts
     other = tmp_path / "other.model"
-    r = run_tdiff(["tokenize", "--model", other, "--vocab-size", "300", "-i", work / "text.jsonl", "-o",
+    r = run_tdiff(["tokenize", "--tokenizer", other, "--vocab-size", "300", "-i", work / "text.jsonl", "-o",
                    tmp_path / "o.jsonl", "--quiet"])
     assert r.returncode == 0, r.stderr.decode()
     r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", other, "-o", tmp_path / "x.safetensors",
@@ -258,8 +257,8 @@ def test_train_vae_with_a_frozen_pretrained_encoder(work, tmp_path):
     from tdiff.files.artifacts import load_artifact
 
     lm = tmp_path / "lm"
-    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layer", "2",
-                   "--n-embd", "32", "--n-head", "2", "--max-len", "513", "--max-steps", "2", "--batch-size", "8",
+    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layers", "2",
+                   "--d-model", "32", "--n-heads", "2", "--max-len", "513", "--max-steps", "2", "--batch-size", "8",
                    *TINY])
     assert r.returncode == 0, r.stderr.decode()
     vae, log = tmp_path / "v.safetensors", tmp_path / "v.jsonl"
@@ -283,8 +282,8 @@ def test_train_vae_with_a_frozen_pretrained_encoder(work, tmp_path):
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr.decode()
     # an LM that cannot read the VAE's positions is refused before training, naming the option
     short = tmp_path / "short"
-    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", short, "--n-layer", "1",
-                   "--n-embd", "32", "--n-head", "2", "--max-len", "8", "--max-steps", "1", "--batch-size", "8", *TINY])
+    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", short, "--n-layers", "1",
+                   "--d-model", "32", "--n-heads", "2", "--max-len", "8", "--max-steps", "1", "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
     r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "x.safetensors",
                    "--encoder", short, "--max-steps", "1", *TINY])
@@ -305,19 +304,19 @@ def test_text_ends_where_the_pads_begin_and_stray_pads_are_dropped():
 
 
 def test_frontier_bench_end_to_end(work, tmp_path):
-    """bench/frontier.py on a tiny model and a tiny AR model: JSON with every point, the
+    """bench.quality.frontier on a tiny model and a tiny AR model: JSON with every point, the
     interpolated figure (or null), empties counted, seeds summarized."""
     import subprocess
 
     lm = tmp_path / "lm"
-    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layer", "1",
-                   "--n-embd", "32", "--n-head", "2", "--max-steps", "2", "--batch-size", "8", *TINY])
+    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layers", "1",
+                   "--d-model", "32", "--n-heads", "2", "--max-steps", "2", "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
-    p = subprocess.run([sys.executable, str(ROOT / "bench" / "frontier.py"), "--judge", str(lm), "--real",
+    p = subprocess.run([sys.executable, "-m", "bench.quality.frontier", "--judge", str(lm), "--real",
                         str(work / "text.jsonl"), "--system", f"td={work / 'model.safetensors'}",
                         "--system", f"td={work / 'model.safetensors'}", "--system", f"ar={lm}", "--num", "6",
                         "--tdiff-knobs", "0,1.0", "--ar-knobs", "0.5,1.5", "--steps", "2"],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert [r["system"] for r in out["runs"]] == ["td", "td", "ar"]

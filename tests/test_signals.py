@@ -56,8 +56,8 @@ def test_signal_stops_training_with_its_exit_code_and_resume_is_exact(work, tmp_
     """Interrupted at a random step, resumed: the final weights equal an uninterrupted run's.
 
     On this VM a process now and then computes the same fp32 training a few ulps off, in bursts of
-    minutes — the interrupted run, the resumed run or the reference alike (docs/NOTES.md,
-    "Reliability"). A resume that loses state differs every time; so a mismatch repeats the whole
+    minutes — the interrupted run, the resumed run or the reference alike (docs/RESULTS.md,
+    "Determinism and exact resume"). A resume that loses state differs every time; so a mismatch repeats the whole
     check (interrupt, resume, reference), up to three times, and one exact attempt passes."""
     from tdiff.files.artifacts import load_artifact
 

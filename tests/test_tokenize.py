@@ -293,14 +293,14 @@ def cleaned() -> bytes:
 def test_cli_clean_tokenize_decode(cleaned, tmp_path, pre, mt):
     """clean | tokenize (training a new model) | tokenize --decode gives clean's records back."""
     model = tmp_path / "tok.model"
-    r = run_tdiff(["tokenize", "-m", model, "--vocab-size", 800, "--model-type", mt, "--pretokenize", pre, "-q"],
+    r = run_tdiff(["tokenize", "-t", model, "--vocab-size", 800, "--model-type", mt, "--pretokenize", pre, "-q"],
                   input=cleaned)
     assert r.returncode == 0, r.stderr
     assert model.exists() and model.with_suffix(".vocab").exists()
     assert json.loads(Path(str(model) + ".json").read_text())["pretokenize"] == pre
     encoded = _records(r.stdout)
     assert all(set(rec) == {"ids"} for rec in encoded)
-    d = run_tdiff(["tokenize", "-m", model, "--decode", "-q"], input=r.stdout)  # no --pretokenize needed
+    d = run_tdiff(["tokenize", "-t", model, "--decode", "-q"], input=r.stdout)  # no --pretokenize needed
     assert d.returncode == 0, d.stderr
     assert _records(d.stdout) == _records(cleaned)
 
@@ -310,17 +310,17 @@ def test_cli_handmade_pass_through_keep_text(models, tmp_path):
     recs = [{"id": k, "text": t, "label": "x", "meta": {"n": [k]}} for k, t in enumerate(HANDMADE)]
     src = tmp_path / "in.jsonl"
     src.write_text(_jsonl(recs), encoding="utf-8")
-    r = run_tdiff(["tokenize", "-m", model, "-i", src, "-o", tmp_path / "ids.jsonl", "-q"])
+    r = run_tdiff(["tokenize", "-t", model, "-i", src, "-o", tmp_path / "ids.jsonl", "-q"])
     assert r.returncode == 0, r.stderr
     assert r.stdout == b""
     out = _records((tmp_path / "ids.jsonl").read_bytes())
     tok = Tokenizer.load(model)
     assert [list(o) for o in out] == [["id", "ids", "label", "meta"]] * len(recs)
     assert [o["ids"] for o in out] == tok.encode_batch(HANDMADE)
-    k = run_tdiff(["tokenize", "-m", models[("none", "bpe")], "-i", src, "--keep-text", "-q"])
+    k = run_tdiff(["tokenize", "-t", models[("none", "bpe")], "-i", src, "--keep-text", "-q"])
     assert [list(o) for o in _records(k.stdout)] == [["id", "text", "ids", "label", "meta"]] * len(recs)
     assert [o["text"] for o in _records(k.stdout)] == HANDMADE
-    d = run_tdiff(["tokenize", "-m", model, "--decode", "-i", tmp_path / "ids.jsonl", "-q"])
+    d = run_tdiff(["tokenize", "-t", model, "--decode", "-i", tmp_path / "ids.jsonl", "-q"])
     assert d.returncode == 0, d.stderr
     assert _records(d.stdout) == recs
 
@@ -330,11 +330,11 @@ def test_cli_jobs_output_identical(models, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text(_jsonl({"n": k, "text": t} for k, t in enumerate(texts)), encoding="utf-8")
     model = models[("jieba", "bpe")]
-    one = run_tdiff(["tokenize", "-m", model, "-i", src, "-q", "--jobs", 1])
-    two = run_tdiff(["tokenize", "-m", model, "-i", src, "-q", "--jobs", 2])
+    one = run_tdiff(["tokenize", "-t", model, "-i", src, "-q", "--jobs", 1])
+    two = run_tdiff(["tokenize", "-t", model, "-i", src, "-q", "--jobs", 2])
     assert one.returncode == two.returncode == 0, two.stderr
     assert one.stdout == two.stdout and len(one.stdout.splitlines()) == len(texts)
-    dec = run_tdiff(["tokenize", "-m", model, "-d", "-q", "--jobs", 2], input=two.stdout)
+    dec = run_tdiff(["tokenize", "-t", model, "-d", "-q", "--jobs", 2], input=two.stdout)
     assert [r["text"] for r in _records(dec.stdout)] == texts
 
 
@@ -343,13 +343,13 @@ def test_cli_trains_from_stdin_with_sample_and_seed(tmp_path):
     data = _jsonl({"text": t} for t in texts)
     args = ["--vocab-size", VOCAB, "--character-coverage", COVERAGE, "--model-type", "bpe",
             "--train-sample", 500, "--seed", 7, "--verbose"]
-    a = run_tdiff(["tokenize", "-m", tmp_path / "a.model", *args], input=data)
-    b = run_tdiff(["tokenize", "-m", tmp_path / "b.model", *args], input=data)
+    a = run_tdiff(["tokenize", "-t", tmp_path / "a.model", *args], input=data)
+    b = run_tdiff(["tokenize", "-t", tmp_path / "b.model", *args], input=data)
     assert a.returncode == b.returncode == 0, a.stderr
     assert (tmp_path / "a.model").read_bytes() == (tmp_path / "b.model").read_bytes()
     assert a.stdout == b.stdout and len(_records(a.stdout)) == len(texts)  # stdout is data only
     assert b"500 of 700" in a.stderr
-    again = run_tdiff(["tokenize", "-m", tmp_path / "a.model", "-q"], input=data)  # existing model: same ids
+    again = run_tdiff(["tokenize", "-t", tmp_path / "a.model", "-q"], input=data)  # existing model: same ids
     assert again.stdout == a.stdout
 
 
@@ -364,7 +364,7 @@ def test_cli_closed_pipe_exits_quietly(models, tmp_path):
     src = tmp_path / "big.jsonl"
     src.write_text(_jsonl({"text": t} for t in HANDMADE * 2000), encoding="utf-8")
     for jobs in ("1", "2"):
-        p = subprocess.Popen([sys.executable, "-m", "tdiff", "tokenize", "-m", str(models[("none", "bpe")]),
+        p = subprocess.Popen([sys.executable, "-m", "tdiff", "tokenize", "-t", str(models[("none", "bpe")]),
                               "-i", str(src), "-q", "-j", jobs], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              cwd=ROOT, env={**os.environ, "PYTHONUTF8": "1"})
         assert json.loads(p.stdout.readline())["ids"]
@@ -386,7 +386,7 @@ def test_sigterm_with_worker_processes_is_quiet(models, tmp_path):
 
     src = tmp_path / "big.jsonl"
     src.write_text(_jsonl({"text": t} for t in HANDMADE * 4000), encoding="utf-8")
-    p = subprocess.Popen([sys.executable, "-m", "tdiff", "tokenize", "-m", str(models[("none", "bpe")]),
+    p = subprocess.Popen([sys.executable, "-m", "tdiff", "tokenize", "-t", str(models[("none", "bpe")]),
                           "-i", str(src), "-q", "-j", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          cwd=ROOT, env={**os.environ, "PYTHONUTF8": "1"})
     assert json.loads(p.stdout.readline())["ids"]
@@ -421,7 +421,7 @@ def _err(r) -> str:
     ],
 )
 def test_cli_data_errors(models, data, extra, needle):
-    r = run_tdiff(["tokenize", "-m", models[("none", "bpe")], "-q", *extra], input=data)
+    r = run_tdiff(["tokenize", "-t", models[("none", "bpe")], "-q", *extra], input=data)
     assert r.returncode == 65, _err(r)
     assert needle in _err(r) and "Traceback" not in _err(r)
     assert r.stdout == b""
@@ -429,25 +429,25 @@ def test_cli_data_errors(models, data, extra, needle):
 
 def test_cli_file_errors(models, tmp_path):
     model = models[("none", "bpe")]
-    r = run_tdiff(["tokenize", "-m", model, "-i", tmp_path / "missing.jsonl"])
+    r = run_tdiff(["tokenize", "-t", model, "-i", tmp_path / "missing.jsonl"])
     assert r.returncode == 66 and "missing.jsonl" in _err(r)
     bad = tmp_path / "bad.model"
     bad.write_bytes(b"\x00garbage\xff" * 10)
-    r = run_tdiff(["tokenize", "-m", bad], input='{"text": "a"}\n')
+    r = run_tdiff(["tokenize", "-t", bad], input='{"text": "a"}\n')
     assert r.returncode == 65 and "not a SentencePiece model" in _err(r)
-    r = run_tdiff(["tokenize", "-m", tmp_path / "new.model"], input="")
+    r = run_tdiff(["tokenize", "-t", tmp_path / "new.model"], input="")
     assert r.returncode == 65 and "nothing to train" in _err(r)
     assert not (tmp_path / "new.model").exists()
-    r = run_tdiff(["tokenize", "-m", model], input="")
+    r = run_tdiff(["tokenize", "-t", model], input="")
     assert r.returncode == 0 and r.stdout == b""
-    r = run_tdiff(["tokenize", "-m", tmp_path / "new.model", "--decode"], input='{"ids": [5]}\n')
+    r = run_tdiff(["tokenize", "-t", tmp_path / "new.model", "--decode"], input='{"ids": [5]}\n')
     assert r.returncode == 66 and "--decode needs" in _err(r)
 
 
 def test_cli_usage_errors(models, tmp_path):
-    r = run_tdiff(["tokenize", "-m", models[("none", "bpe")], "--pretokenize", "jieba"], input="")
+    r = run_tdiff(["tokenize", "-t", models[("none", "bpe")], "--pretokenize", "jieba"], input="")
     assert r.returncode == 2 and "--pretokenize" in _err(r)
-    r = run_tdiff(["tokenize", "-m", tmp_path / "t.model", "--vocab-size", 100], input='{"text": "一二三"}\n')
+    r = run_tdiff(["tokenize", "-t", tmp_path / "t.model", "--vocab-size", 100], input='{"text": "一二三"}\n')
     assert r.returncode == 2 and "--vocab-size" in _err(r) and "Traceback" not in _err(r)
     assert not (tmp_path / "t.model").exists()
 

@@ -12,7 +12,7 @@ from conftest import head_lines, run_tdiff, shared_file
 
 # The machine is small and shared: one thread trains a 2×64 model faster than two contending ones.
 ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-SIZE = ["--n-layer", "2", "--n-embd", "64", "--n-head", "2"]
+SIZE = ["--n-layers", "2", "--d-model", "64", "--n-heads", "2"]
 
 
 def run_train_ar(args):
@@ -173,7 +173,7 @@ def test_perplexity_is_exp_of_hf_loss(judge):
 def test_load_ar_refuses_other_things(tmp_path, trained):
     from tdiff.formats.ar_dir import is_ar_dir, load_ar
     from tdiff.core.errors import DataError, NoInputError, UsageError
-    from tdiff.training.train_ar import check_output_dir
+    from tdiff.formats.ar_dir import check_ar_output
 
     d, _, _ = trained
     assert is_ar_dir(d / "ar") and not is_ar_dir(tmp_path) and not is_ar_dir(d / "tok.model")
@@ -185,8 +185,8 @@ def test_load_ar_refuses_other_things(tmp_path, trained):
     with pytest.raises(DataError, match="not an AR model directory"):
         load_ar(d / "tok.model")
     with pytest.raises(UsageError):
-        check_output_dir(tmp_path)                          # a non-empty directory of something else
-    check_output_dir(d / "ar")                              # an earlier train-ar directory is replaced
+        check_ar_output(tmp_path)                          # a non-empty directory of something else
+    check_ar_output(d / "ar")                              # an earlier train-ar directory is replaced
 
 
 def test_config_ids_and_sizes():

@@ -34,9 +34,9 @@ def load(path, device: str = "cpu", *, ema: bool = True):
 
         model, tok = load_ar(path, dev)
         return ARModel(path, model, tok, dev)
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
 
-    return DiffusionModel(path, load_bundle(path, dev, use_ema=ema), dev)
+    return DiffusionModel(path, load_model(path, dev, use_ema=ema), dev)
 
 
 def _check_range(name: str, value, lo=None, hi=None) -> None:

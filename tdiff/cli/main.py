@@ -69,7 +69,8 @@ def _on_sigterm(signum, frame):
 def _strict_numbers(cmd) -> None:
     """Every int or float option of every subcommand, on the command line or from --config's YAML,
     refuses a boolean (YAML `true` is not 1) and a float option refuses nan and ±inf, each with its
-    own reason ("not a finite number"), before any range check runs."""
+    own reason ("not a finite number"), before any range check runs; an option with an open lower
+    end (common.above) refuses that end too, and says so in --help."""
     import math
     import types
 
@@ -84,13 +85,25 @@ def _strict_numbers(cmd) -> None:
                 x = 0.0                                    # not a number at all: the type check says so
             if not math.isfinite(x):
                 raise typer.BadParameter(f"{value} is not a finite number", ctx=ctx, param=self)
-        return _orig(ctx, value)
+        value = _orig(ctx, value)
+        bound = _greater_than(self)
+        if bound is not None and value is not None and value <= bound:
+            raise typer.BadParameter(f"Input should be greater than {bound}", ctx=ctx, param=self)
+        return value
 
     for sub in getattr(cmd, "commands", {}).values():
         for p in sub.params:
             if getattr(getattr(p, "type_descriptor", None), "annotation", None) in (int, float) and not p.multiple:
                 p.process_value = types.MethodType(
                     lambda self, ctx, value, _o=p.process_value: process_value(self, ctx, value, _o), p)
+                if _greater_than(p) is not None:           # --help shows the open end: 0.0<x<=1.0
+                    p._get_number_range_help_str = types.MethodType(
+                        lambda self: f"{_greater_than(self)}<x" + (f"<={self.max}" if self.max is not None else ""), p)
+
+
+def _greater_than(param):
+    """The open lower bound an option was given with common.above(), or None."""
+    return getattr(getattr(param.type_descriptor, "parameter_info", None), "greater_than", None)
 
 
 def _invoke(argv):

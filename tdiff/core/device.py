@@ -59,7 +59,7 @@ def fast_bf16(device) -> bool:
 
 def resolve_dtype(name: str, device) -> str:
     """NAME, with `auto` replaced by bf16 where DEVICE has fast bf16 (`fast_bf16`), else fp32.
-    Sampling in bf16 keeps the quality (docs/NOTES.md, "Inference speed": 98.9% of tokens equal,
+    Sampling in bf16 keeps the quality (docs/RESULTS.md, "Inference speed levers": 98.9% of tokens equal,
     judge perplexity within 1%) at 1.5–2× the speed."""
     if name != "auto":
         return name

@@ -598,4 +598,4 @@ def speed_ar(model, tok, device, length: int = 128, batch_size: int = 1, repeats
 
 def _check_speed(batch_size, repeats, warmup):
     if batch_size < 1 or repeats < 1 or warmup < 0:
-        raise UsageError("--speed needs --batch-size ≥ 1, --repeats ≥ 1 and --warmup ≥ 0")
+        raise UsageError("--speed needs --batch-size ≥ 1, --repeats ≥ 1 and --warmup-batches ≥ 0")

@@ -35,13 +35,10 @@ exceed TOLERANCE[dtype].
 from __future__ import annotations
 
 import copy
-import json
-import os
-import shutil
 from pathlib import Path
 
 from tdiff.files import artifacts
-from tdiff.formats.export_dir import MARKER, _temp_dir, check_target, install_dir, write_manifest
+from tdiff.formats.export_dir import MARKER, check_target, save_export
 from tdiff.core.choices import EXPORT_FORMATS
 from tdiff.core.errors import OutputError, UsageError
 
@@ -49,7 +46,7 @@ FORMATS = {"safetensors": "slim model.safetensors", "export": "torch.export prog
            "torchscript": "TorchScript programs (.pt)", "onnx": "ONNX graphs (.onnx)"}
 assert tuple(FORMATS) == EXPORT_FORMATS
 # max |exported − source| / max |source| on the verification input; fp32 is rounding only, the
-# half types are the weights' rounding through a few layers (measured: docs/NOTES.md, "Export").
+# half types are the weights' rounding through a few layers (measured: docs/RESULTS.md, "Export").
 TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2}
 PROGRAMS = ("denoiser", "decoder", "schedule")
 SUFFIX = {"export": ".pt2", "torchscript": ".pt", "onnx": ".onnx"}
@@ -321,15 +318,16 @@ def write_slim(art, path: Path, dtype: str, source_sha: str) -> None:
     config = dict(art.config)
     config["export"] = {"format": "safetensors", "dtype": dtype,
                         "source": {"file": Path(art.path).name, "sha256": source_sha}}
-    artifacts.save_artifact(path, slim_tensors(art, dtype), art.kind, config, art.train,
-                            tokenizer=art.tokenizer, tokenizer_meta=art.tokenizer_meta)
+    from tdiff.formats.model import load_tokenizer, model_parts_from, save_model
+
+    save_model(path, art.kind, model_parts_from(slim_tensors(art, dtype)), config, art.train, load_tokenizer(art))
 
 
 def verify_slim(path: Path, dtype: str, inputs: list[dict], refs: list[dict]) -> dict:
     """Load the slim file as `tdiff sample` does and check its outputs against REFS (`check_outputs`)."""
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
 
-    mods = program_modules(load_bundle(path, "cpu"), "fp32")
+    mods = program_modules(load_model(path, "cpu"), "fp32")
     return check_outputs(lambda name, args: mods[name](*args), inputs, refs, dtype, "slim model's",
                          {k: path.name for k in PROGRAMS})
 
@@ -365,8 +363,8 @@ def export_model(model_path, out: Path, fmt: str, dtype: str) -> dict:
     (`check_target`)."""
     import torch
 
-    from tdiff.formats.model import MODEL_KINDS, load_bundle
-    from tdiff.files.streams import file_sha256, remove_stale_temps
+    from tdiff.formats.model import MODEL_KINDS, load_model
+    from tdiff.files.streams import file_sha256
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
@@ -375,19 +373,15 @@ def export_model(model_path, out: Path, fmt: str, dtype: str) -> dict:
     if fmt == "onnx" and onnx_problem():
         raise UsageError(f"--format onnx: {onnx_problem()}")
     out = Path(out)
-    target = check_target(out)
-    remove_stale_temps(target)
+    check_target(out)                                      # before any work; checked again on the way in
     art = artifacts.load_artifact(model_path, expect=MODEL_KINDS)
-    bundle = load_bundle(model_path, "cpu")
+    bundle = load_model(model_path, "cpu")
     sha = file_sha256(model_path)
     inputs = verification_inputs(bundle)
     refs = reference_outputs(bundle, inputs)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_dir(target)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)                      # mkdtemp makes 0700; a model directory is for sharing
+
+    def write(tmp: Path) -> dict:
+        nonlocal checks
         if fmt == "safetensors":
             path = tmp / "model.safetensors"
             write_slim(art, path, dtype, sha)
@@ -402,12 +396,10 @@ def export_model(model_path, out: Path, fmt: str, dtype: str) -> dict:
         config["verify"] = {"input": f"seeded, batches {list(VERIFY_BATCHES)}",
                             "measure": "max|export - source| / max|source|, worst over the inputs",
                             "checks": checks}
-        (tmp / "config.json").write_text(json.dumps(config, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        write_manifest(tmp)
-        install_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        return config
+
+    checks = {}
+    target = save_export(out, write)
     sizes = {p.name: p.stat().st_size for p in sorted(target.iterdir())}
     return {"format": fmt, "dtype": dtype, "dir": str(out), "files": sizes, "checks": checks,
             "source_bytes": Path(model_path).stat().st_size}

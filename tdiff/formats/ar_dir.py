@@ -1,26 +1,33 @@
-"""The train-ar directory: a standard transformers directory plus tdiff.json (see tdiff.models.ar)."""
+"""The train-ar directory (`tdiff train-ar -o DIR`): one save/load pair, `save_ar` / `load_ar`.
+
+A standard transformers directory, so any transformers code loads it offline
+(`AutoModelForCausalLM.from_pretrained(DIR)`), plus tdiff's own tdiff.json:
+
+    DIR/config.json              GPT2Config; bos 1, eos 2, pad 3 (the tokenizer's ids)
+    DIR/generation_config.json
+    DIR/model.safetensors        EMA weights, fp32
+    DIR/tok.model                the SentencePiece model (+ tok.vocab, tok.model.json sidecar)
+    DIR/tokenizer.json           the same vocabulary for `AutoTokenizer.from_pretrained(DIR)` (+ tokenizer_config.json):
+                                 a fast tokenizer with our bos/eos/pad/unk, adding no special tokens itself;
+                                 `transformers.pipeline("text-generation", model=DIR)` runs offline
+    DIR/tdiff.json               {"format": 1, "kind": "ar", "tokenizer": "tok.model", "train": {...}}
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
-from tdiff.core.errors import DataError, NoInputError, TdiffError
+from tdiff.core.errors import DataError, NoInputError, TdiffError, UsageError
 from tdiff.models.ar import MAX_POSITIONS, quiet_transformers
 
-
 FORMAT = 1
-
-
 KIND = "ar"
-
-
 META_FILE = "tdiff.json"
-
-
 TOKENIZER_FILE = "tok.model"
-
-
 WEIGHTS_FILE = "model.safetensors"     # the only weights read: never a pickled pytorch_model.bin
 
 
@@ -31,7 +38,7 @@ def write_transformers_tokenizer(directory, tok, model_max_length: int) -> None:
 
     Decoding equals `Tokenizer.decode`. Encoding equals `Tokenizer.encode` for tokenizers trained
     without pre-tokenization; for `--pretokenize jieba` ones AutoTokenizer does not segment with jieba
-    first, so ids may differ where jieba moves a piece boundary (measured in docs/NOTES.md)."""
+    first, so ids may differ where jieba moves a piece boundary (measured: docs/RESULTS.md, "Export")."""
     import shutil
     import tempfile
 
@@ -127,3 +134,52 @@ def load_ar(path, device="cpu"):
                         f"{TOKENIZER_FILE} ({tok.vocab_size} pieces)")
     model.loss_type = "ForCausalLM"
     return model.to(device).eval(), tok
+
+
+def check_ar_output(output: Path) -> None:
+    """Refuse to replace anything but an earlier train-ar directory (or an empty one)."""
+    if not output.exists():
+        return
+    if output.is_dir() and (is_ar_dir(output) or not any(output.iterdir())):
+        return
+    what = "a file" if not output.is_dir() else "a directory that is not from `tdiff train-ar`"
+    raise UsageError(f"-o/--output '{output}' is {what}; choose a new directory name (it is replaced as a whole)")
+
+
+def save_ar(output: Path, model, tok, train: dict) -> None:
+    """Write the train-ar directory (the layout `load_ar` reads): the transformers model MODEL, the
+    Tokenizer TOK in both forms, and tdiff.json with TRAIN (the provenance). It is assembled in a
+    temporary folder beside OUTPUT, then renamed into place; an earlier directory there is put back if
+    that fails."""
+    from tdiff.core.version import __version__
+
+    meta = {"format": FORMAT, "kind": KIND, "tokenizer": TOKENIZER_FILE, "tdiff_version": __version__, "train": train}
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.{os.getpid()}.", suffix=".tmp", dir=output.parent))
+    old = None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)                      # mkdtemp makes 0700
+        with quiet_transformers():                         # stderr shows tdiff's own lines only
+            model.save_pretrained(str(tmp))                # safetensors by default (transformers ≥ 4.35)
+        if not (tmp / "model.safetensors").exists():
+            raise TdiffError(f"transformers did not write model.safetensors into {tmp}")
+        tok.save(tmp / TOKENIZER_FILE)                     # tok.model, tok.vocab, tok.model.json
+        write_transformers_tokenizer(tmp, tok, model.config.n_positions)   # AutoTokenizer / pipeline
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        for f in tmp.iterdir():
+            os.chmod(f, 0o666 & ~umask)                    # a model directory is for sharing
+        if output.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".old", dir=output.parent))
+            os.replace(output, old / "d")
+        os.replace(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and (old / "d").exists() and not output.exists():
+            os.replace(old / "d", output)                  # put the previous model back
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)

@@ -1,4 +1,14 @@
-"""The `tdiff export` directory: its sealed manifest, the check before replacing one, the move into place."""
+"""The `tdiff export` directory: one save/load pair, `save_export` / `load_export`.
+
+    DIR/config.json              what was exported (format, dtype, source file and sha256, programs'
+                                 signatures, verification figures); the key MARKER marks the layout
+    DIR/<program or model files> denoiser/decoder/schedule programs, or a slim model.safetensors
+    DIR/tokenizer.model          the SentencePiece model (programs formats)
+    DIR/tdiff-manifest.json      every other file with its size and sha256, sealed (`_seal`)
+
+The directory is assembled beside its destination and moved into place whole; an existing one is
+replaced only when it is empty or an unchanged earlier export (`check_target`).
+"""
 
 from __future__ import annotations
 
@@ -142,3 +152,52 @@ def install_dir(tmp: Path, out: Path) -> None:
     finally:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def save_export(out: Path, write) -> Path:
+    """Write an export directory at OUT (through a symlink: at its target): WRITE(tmp) writes the
+    export's files into an empty temporary folder beside OUT and returns its config (a dict, written
+    as config.json); then the manifest is sealed and the folder moved into place (`install_dir`).
+    On any failure OUT is left as it was. Returns the directory written."""
+    from tdiff.files.streams import remove_stale_temps
+
+    target = check_target(out)
+    remove_stale_temps(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_dir(target)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)                      # mkdtemp makes 0700; a model directory is for sharing
+        config = write(tmp)
+        (tmp / "config.json").write_text(json.dumps(config, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_manifest(tmp)
+        install_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def load_export(path) -> dict:
+    """{"dir", "config", "files"} of the export directory PATH, checked first: its manifest is one
+    `save_export` sealed and every file it lists is there, unchanged (else a DataError saying what is
+    wrong). "files" maps each file to its {"bytes", "sha256"}."""
+    from tdiff.core.errors import DataError, NoInputError
+
+    d = Path(path)
+    if not d.is_dir():
+        raise NoInputError(f"'{d}': no such directory")
+    if not (d / MANIFEST).is_file():
+        raise DataError(f"'{d}': not a `tdiff export` directory (no {MANIFEST})")
+    why = _replace_problem(d)
+    if why:
+        raise DataError(f"'{d}': {why}")
+    files = _manifest_files(d)
+    try:
+        config = json.loads((d / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise DataError(f"'{d / 'config.json'}': not readable JSON ({e})") from None
+    if not isinstance(config, dict) or config.get(MARKER) != 1:
+        raise DataError(f"'{d / 'config.json'}': not the config of a `tdiff export` directory")
+    return {"dir": str(d), "config": config, "files": files}

@@ -128,21 +128,19 @@ def _describe_safetensors(p: Path) -> dict:
 
 
 def _describe_dir(p: Path) -> dict:
-    from tdiff.files.streams import file_sha256
-
     if (p / "tdiff.json").is_file():
         return _describe_ar(p)
-    from tdiff.formats.export_dir import MANIFEST
+    from tdiff.formats.export_dir import MANIFEST, load_export
 
     if (p / MANIFEST).is_file():
-        try:
-            config = json.loads((p / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            config = {}
-        files = sorted(f.name for f in p.iterdir() if f.is_file())
-        return {"file": str(p), "kind": "export-dir", "export": config if isinstance(config, dict) else {},
-                "files": {f: file_sha256(p / f) for f in files},
-                "bytes": sum((p / f).stat().st_size for f in files)}
+        exp = load_export(p)                              # the manifest's seal and every file checked
+        from tdiff.files.streams import file_sha256
+
+        files = {**exp["files"], MANIFEST: {"bytes": (p / MANIFEST).stat().st_size,
+                                            "sha256": file_sha256(p / MANIFEST)}}
+        return {"file": str(p), "kind": "export-dir", "export": exp["config"],
+                "files": {f: r["sha256"] for f, r in sorted(files.items())},
+                "bytes": sum(r["bytes"] for r in files.values())}
     raise DataError(f"'{p}' is a directory that tdiff did not write (no tdiff.json, no export manifest)")
 
 

@@ -21,7 +21,7 @@ MODEL_KINDS = ("model", "student")
 MAX_INT = 2 ** 31 - 1      # no integer a config holds (sizes, ids, counts) is larger
 _TYPE_WORDS = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
                dict: "a JSON object", list: "a list", None: "null"}
-# The config sections `load_bundle` reads besides vae, dit, schedule and timewarp (whose fields come
+# The config sections `load_model` reads besides vae, dit, schedule and timewarp (whose fields come
 # from their classes): {field: JSON type}, and the fields that must be present.
 DIFFUSION_FIELDS = {"target": str, "self_condition": bool, "known_spans": bool, "cond_prob": float}
 LABELS_FIELDS = {"field": str, "names": list}
@@ -265,6 +265,58 @@ def _build(path, where: str, make, state: dict, prefix: str, what: str):
     return module
 
 
+# ---------------------------------------------------------------- saving
+
+# The networks' parts of a model file: tensor-name prefix -> required. The EMA denoiser (`dit_ema`) is
+# absent from students and slim exports (their `dit` holds the weights to sample with); `schedule` has
+# tensors only for a learned schedule; `timewarp` is there exactly when the config has a "timewarp" section.
+MODEL_PARTS = {"vae": True, "dit": True, "dit_ema": False, "schedule": False, "timewarp": False}
+
+
+def save_vae(path, vae_state: dict, config: dict, train: dict, tok) -> None:
+    """Write a `vae` file (the one layout `load_vae` reads): VAE_STATE under `vae.`, CONFIG {"vae": …},
+    the tokenizer TOK (a Tokenizer) inside."""
+    if set(config) != {"vae"}:
+        raise ValueError(f"a vae file's config has exactly the section 'vae', got {sorted(config)}")
+    artifacts.save_artifact(path, {f"vae.{k}": v for k, v in vae_state.items()}, "vae", config=config,
+                            train=train, tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
+
+
+def save_model(path, kind: str, parts: dict, config: dict, train: dict, tok) -> None:
+    """Write a `model` or `student` file, the one layout `load_model` reads (used by `tdiff train`,
+    `tdiff distill` and `tdiff export --format safetensors`).
+
+    PARTS maps each part of MODEL_PARTS to its state dict (stored as `<part>.<name>`); CONFIG holds
+    the sections "vae", "dit", "schedule", "diffusion", and "labels", "timewarp", "student", "export"
+    where they apply (a student has "student"; "timewarp" goes with the timewarp part); TRAIN is the
+    provenance; TOK the Tokenizer."""
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"kind {kind!r}: a model file is one of {MODEL_KINDS}")
+    unknown = set(parts) - set(MODEL_PARTS)
+    missing = [n for n, need in MODEL_PARTS.items() if need and n not in parts]
+    if unknown or missing:
+        raise ValueError(f"model parts: unknown {sorted(unknown)}, missing {missing}")
+    for section in ("vae", "dit", "schedule", "diffusion"):
+        if section not in config:
+            raise ValueError(f"a {kind} file's config needs the section {section!r}")
+    if ("student" in config) != (kind == "student"):
+        raise ValueError("a student file, and only a student file, has the config section 'student'")
+    if ("timewarp" in config) != ("timewarp" in parts):
+        raise ValueError("the config section 'timewarp' and the timewarp part go together")
+    tensors = {f"{part}.{k}": v for part, state in parts.items() for k, v in state.items()}
+    artifacts.save_artifact(path, tensors, kind, config=config, train=train, tokenizer=tok.to_bytes(),
+                            tokenizer_meta=tok.meta)
+
+
+def model_parts_from(tensors: dict) -> dict:
+    """The PARTS of a model file's TENSORS ({"<part>.<name>": tensor}), as `save_model` takes them."""
+    parts = {}
+    for key, v in tensors.items():
+        part, _, name = key.partition(".")
+        parts.setdefault(part, {})[name] = v
+    return parts
+
+
 # ---------------------------------------------------------------- loading
 
 
@@ -392,7 +444,7 @@ class Bundle:
         return guided
 
 
-def load_bundle(path, device="cpu", use_ema: bool = True) -> Bundle:
+def load_model(path, device="cpu", use_ema: bool = True) -> Bundle:
     """The whole model from one `model`/`student` artifact; nothing else is read. Every config
     field and tensor is checked first: a damaged file is a DataError naming the file and the field."""
     from tdiff.models.dit import DiT

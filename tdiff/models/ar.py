@@ -1,22 +1,11 @@
-"""The autoregressive baseline and perplexity judge.
+"""The autoregressive baseline and perplexity judge: a GPT-2 causal LM from `transformers` over
+tdiff's SentencePiece vocabulary (bos 1, eos 2, pad 3: the tokenizer's ids).
 
-A GPT-2 causal LM from `transformers` over tdiff's SentencePiece vocabulary,
-stored as a standard transformers directory so any transformers code loads it
-offline (`AutoModelForCausalLM.from_pretrained(DIR)`):
-
-    DIR/config.json              GPT2Config; bos 1, eos 2, pad 3 (the tokenizer's ids)
-    DIR/generation_config.json
-    DIR/model.safetensors        EMA weights, fp32
-    DIR/tok.model                the SentencePiece model (+ tok.vocab, tok.model.json sidecar)
-    DIR/tokenizer.json           the same vocabulary for `AutoTokenizer.from_pretrained(DIR)` (+ tokenizer_config.json):
-                                 a fast tokenizer with our bos/eos/pad/unk, adding no special tokens itself;
-                                 `transformers.pipeline("text-generation", model=DIR)` runs offline
-    DIR/tdiff.json               {"format": 1, "kind": "ar", "tokenizer": "tok.model", "train": {...}}
-
-A sequence is [bos] + ids + [eos]; the model is scored on every position after
-bos (the ids and the eos that ends the text), so perplexity counts the end of
-text like any other token. `transformers` is imported inside functions only:
-it costs seconds, and `tdiff --help` must start fast.
+A sequence is [bos] + ids + [eos]; the model is scored on every position after bos (the ids and
+the eos that ends the text), so perplexity counts the end of text like any other token. Its
+directory on disk is tdiff/formats/ar_dir.py; sampling it tdiff/sampling/ar.py; scoring with it
+tdiff/evaluation/perplexity.py. `transformers` is imported inside functions only: it costs
+seconds, and `tdiff --help` must start fast.
 """
 
 from __future__ import annotations
@@ -53,7 +42,7 @@ def make_config(vocab_size: int, n_positions: int, preset: str = "tiny", n_layer
         if v:
             size[k] = v
     if size["n_embd"] % size["n_head"]:
-        raise UsageError(f"--n-embd {size['n_embd']} must be a multiple of --n-head {size['n_head']}")
+        raise UsageError(f"--d-model {size['n_embd']} must be a multiple of --n-heads {size['n_head']}")
     if not 0 <= dropout < 1:
         raise UsageError("--dropout must be in [0, 1)")
     if not 2 <= n_positions <= MAX_POSITIONS:

@@ -108,7 +108,7 @@ class Attention(nn.Module):
     """Bidirectional multi-head self-attention with rotary q/k and SDPA (Vaswani et al. 2017).
 
     On CPU the attention itself runs in float32 even under bf16/fp16 autocast: PyTorch's CPU
-    SDPA kernels have no fast reduced-precision path (figures in docs/NOTES.md, "Design
+    SDPA kernels have no fast reduced-precision path (figures in docs/RESULTS.md, "Design
     measurements"), and q, k leave the rotary rotation in float32 anyway. On CUDA it runs in the
     autocast dtype.
     """

@@ -25,7 +25,7 @@ Design choices (each one matters for the diffusion model that lives in this late
   come from the trainer.
 - The posterior log-variance starts at `logvar_init` = -8 (σ ≈ 0.02), below the initial spread
   of the means (≈ 0.2): with σ = 1 at init the latents are pure noise, the decoder learns to ignore
-  them and training sits on a unigram plateau (figures in docs/NOTES.md, "Design measurements").
+  them and training sits on a unigram plateau (figures in docs/RESULTS.md, "Design measurements").
 - Robust decoder: the denoiser's x0 estimate is never exact, so during training the decoder sees
   z + N(0, (latent_noise · s)^2), s the per-dimension std of the batch's posterior means (the data
   scale of each latent channel). With latent_noise = 0.1 this is noise at 10% of the data spread,

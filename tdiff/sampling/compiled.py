@@ -8,7 +8,7 @@ eager mode.
 - CPU: Inductor generates C++/OpenMP kernels (it needs a C++ compiler) with *freezing* on: the
   weights are constants of the compiled graph, so under bf16 autocast they are cast and
   prepacked for oneDNN once instead of on every call, and norms, adaLN modulation, GELU and the
-  residual adds are fused. Measured on a 2-core AMX CPU (docs/NOTES.md, "Inference speed"):
+  residual adds are fused. Measured on a 2-core AMX CPU (docs/RESULTS.md, "Inference speed levers"):
   1.5–1.8× eager at batch 1 and 64 after 12–30 s of compiling.
 - CUDA: mode "reduce-overhead" adds CUDA graphs (the whole network call replayed as one graph),
   which removes the per-kernel launch cost that dominates at batch 1. Only on a CUDA device.

@@ -62,7 +62,7 @@ def trim_ids(row, tok, end_run: int = END_RUN) -> list[int]:
     A shorter run of pads inside the text is a misdecoded token (no training text has a pad
     inside it: pads only follow the text) and is dropped rather than taken as the end: with
     the first pad as the end, one stray pad cut a sample to half its length (measured on a
-    songci model: mean 26 vs 50 characters; docs/NOTES.md)."""
+    songci model: mean 26 vs 50 characters; docs/RESULTS.md, "Design measurements")."""
     out, pads = [], 0
     for i in row:
         if i == tok.pad_id:
@@ -163,7 +163,7 @@ GREEDY_ROWS = 4096   # positions per chunk of the eager greedy head: the (B·L, 
 def greedy_head(lm_head, h, must, banned):
     """Greedy token ids (R,) from decoder states H (R, D): the argmax of lm_head(H), with the BANNED
     (V,) ids excluded where MUST (R,) is true. `max(-1)` rather than `argmax`: the same first-index
-    ids, 3× faster on CPU for (4096, 8000) logits (docs/NOTES.md, "Inference speed")."""
+    ids, 3× faster on CPU for (4096, 8000) logits (docs/RESULTS.md, "Inference speed levers")."""
     logits = lm_head(h)                                                        # (R, V)
     logits = logits.masked_fill(must[:, None] & banned[None, :], float("-inf"))
     return logits.max(-1).indices                                              # (R,)
@@ -179,8 +179,8 @@ def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None):
 
     Greedy decoding without a repetition penalty (the default) takes the V-way output layer and its
     argmax GREEDY_ROWS positions at a time (`greedy_head`; compiled where BUNDLE carries a compiled one,
-    tdiff/sampling/compiled.py), never holding the (B, L, V) logits: the same ids, faster (docs/NOTES.md,
-    "Inference speed")."""
+    tdiff/sampling/compiled.py), never holding the (B, L, V) logits: the same ids, faster (docs/RESULTS.md,
+    "Inference speed levers")."""
     import torch
 
     from tdiff.core.device import autocast

@@ -67,7 +67,7 @@ class Tokenizer:
 
     @classmethod
     def from_bytes(cls, model_bytes: bytes, meta: dict | None = None, num_threads: int = 1, name: str = "model",
-                   hint: str = "point --model at a .model file, or at a missing path to train a new one"):
+                   hint: str = "point -t/--tokenizer at a .model file, or at a missing path to train a new one"):
         """A Tokenizer from serialized SentencePiece model bytes and a meta dict; HINT ends the
         error for bytes that are not a model (it names the option they came from)."""
         import sentencepiece as spm
@@ -251,7 +251,7 @@ class Tokenizer:
             lo, hi = min(ids), max(ids)
             if lo < 0 or hi >= self.vocab_size:
                 bad = lo if lo < 0 else hi
-                return f"id {bad} is outside the vocabulary (0..{self.vocab_size - 1}); wrong --model?"
+                return f"id {bad} is outside the vocabulary (0..{self.vocab_size - 1}); wrong -t/--tokenizer?"
         return None
 
     def decode(self, ids: Iterable[int]) -> str:

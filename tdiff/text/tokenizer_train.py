@@ -95,7 +95,7 @@ def train(
         texts = segment_for_training(texts, jobs=jobs)
     sentences = list(_training_sentences(texts))
     if not sentences:
-        raise DataError("no text to train the tokenizer on (the input has no non-empty 'text'); give some text or an existing --model")
+        raise DataError("no text to train the tokenizer on (the input has no non-empty 'text'); give some text or an existing -t/--tokenizer model")
 
     opts = dict(
         model_type=model_type,

@@ -42,6 +42,7 @@ from tdiff.core import log
 from tdiff.core.choices import DISTILL_METHODS
 from tdiff.core.errors import DataError, UsageError
 from tdiff.files.streams import file_sha256
+from tdiff.formats.model import save_model
 from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
 
@@ -206,14 +207,14 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
     import torch.nn as nn
 
     from tdiff.data import token_ids as D
-    from tdiff.formats.model import Bundle, load_bundle
+    from tdiff.formats.model import Bundle, load_model
     from tdiff.core.device import seed_everything
     from tdiff.data.latents import encode_latents
     from tdiff.core.seeds import generator
     from tdiff.training.latent_data import draw_conditions, load_latents
 
     student_steps = plan(dc.method, dc.from_steps, dc.to_steps)
-    teacher = load_bundle(teacher_path, device)
+    teacher = load_model(teacher_path, device)
     check_teacher(teacher, teacher_path, dc.method, dc.from_steps)
     teacher.dit.requires_grad_(False)
     teacher.schedule.requires_grad_(False)
@@ -307,9 +308,8 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
         teacher_dit = student_dit                       # the EMA student teaches the next round
 
     with trainer.finishing(f"writing {output}"):
-        tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
-        tensors.update({f"dit.{k}": v.detach() for k, v in teacher_dit.state_dict().items()})
-        tensors.update({f"schedule.{k}": v for k, v in teacher.schedule.state_dict().items()})
+        parts = {"vae": vae.state_dict(), "dit": {k: v.detach() for k, v in teacher_dit.state_dict().items()},
+                 "schedule": teacher.schedule.state_dict()}
         config = {k: v for k, v in teacher.config.items() if k not in ("timewarp", "student")}
         config["diffusion"] = student_diff
         config["student"] = {"method": dc.method, "steps": dc.to_steps, "solver": STUDENT_SOLVER[dc.method],
@@ -318,9 +318,8 @@ def distill(input_path, output: Path, teacher_path: Path, dc: DistillConfig, dev
                              "teacher": {"file": Path(teacher_path).name, "sha256": teacher_sha}}
         out = {**summary, "rounds": history}
         if distributed.is_main():                     # rank 0 writes (torchrun)
-            artifacts.save_artifact(output, tensors, "student", config=config,
-                                    train={**out, "seed": dc.loop.seed, "data": ld.data.digest, "config": asdict(dc),
-                                           "teacher_train": teacher.train},
-                                    tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
+            save_model(output, "student", parts, config,
+                       {**out, "seed": dc.loop.seed, "data": ld.data.digest, "config": asdict(dc),
+                        "teacher_train": teacher.train}, tok)
         log.info(f"distill: wrote {output}")
     return out

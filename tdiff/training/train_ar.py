@@ -10,17 +10,14 @@ weights are the EMA weights; held-out perplexity is measured with them.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tdiff.data import token_ids as D
 from tdiff.core import log
-from tdiff.core.errors import TdiffError, UsageError
+from tdiff.core.errors import UsageError
+from tdiff.formats.ar_dir import check_ar_output, save_ar
 from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
 
@@ -43,65 +40,16 @@ def auto_max_len(seqs, cap: int = 1024) -> int:
     return max(2, min(cap, D.length_percentile(seqs, 0.99) + 2))
 
 
-def check_output_dir(output: Path) -> None:
-    """Refuse to replace anything but an earlier train-ar directory (or an empty one)."""
-    from tdiff.formats.ar_dir import is_ar_dir
-
-    if not output.exists():
-        return
-    if output.is_dir() and (is_ar_dir(output) or not any(output.iterdir())):
-        return
-    what = "a file" if not output.is_dir() else "a directory that is not from `tdiff train-ar`"
-    raise UsageError(f"-o/--output '{output}' is {what}; choose a new directory name (it is replaced as a whole)")
-
-
-def write_ar_dir(output: Path, model, tok, meta: dict) -> None:
-    """Write the transformers directory into a temporary folder beside OUTPUT, then rename it into place."""
-    from tdiff.formats.ar_dir import META_FILE, TOKENIZER_FILE, write_transformers_tokenizer
-    from tdiff.models.ar import quiet_transformers
-
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.{os.getpid()}.", suffix=".tmp", dir=output.parent))
-    old = None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)                      # mkdtemp makes 0700
-        with quiet_transformers():                         # stderr shows tdiff's own lines only
-            model.save_pretrained(str(tmp))                # safetensors by default (transformers ≥ 4.35)
-        if not (tmp / "model.safetensors").exists():
-            raise TdiffError(f"transformers did not write model.safetensors into {tmp}")
-        tok.save(tmp / TOKENIZER_FILE)                     # tok.model, tok.vocab, tok.model.json
-        write_transformers_tokenizer(tmp, tok, model.config.n_positions)   # AutoTokenizer / pipeline
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        for f in tmp.iterdir():
-            os.chmod(f, 0o666 & ~umask)                    # a model directory is for sharing
-        if output.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".old", dir=output.parent))
-            os.replace(output, old / "d")
-        os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and (old / "d").exists() and not output.exists():
-            os.replace(old / "d", output)                  # put the previous model back
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-
-
 def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, device,
              ckpt_path: Path, log_path=None, resume=False) -> dict:
-    from tdiff.formats.ar_dir import FORMAT, KIND, TOKENIZER_FILE, check_transformers_tokenizer
+    from tdiff.formats.ar_dir import check_transformers_tokenizer
     from tdiff.models.ar import build_model, make_config
     from tdiff.evaluation.perplexity import heldout_perplexity
-    from tdiff.core.version import __version__
     from tdiff.core.device import seed_everything
     from tdiff.text.tokenizer import Tokenizer
 
     output = Path(output)
-    check_output_dir(output)
+    check_ar_output(output)
     if tc.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
     tok = Tokenizer.load(tokenizer_path, option="-t/--tokenizer")
@@ -152,10 +100,8 @@ def train_ar(input_path, output: Path, tokenizer_path: Path, tc: ARTrainConfig, 
         summary["heldout"] = {"perplexity": round(ppl, 4), "nll_per_token": round(nll / max(1, ntok), 6),
                               "tokens": ntok, "sequences": len(eval_seqs), "split": "heldout" if held.seqs else "train"}
         summary["parameters"] = n_params
-        meta = {"format": FORMAT, "kind": KIND, "tokenizer": TOKENIZER_FILE, "tdiff_version": __version__,
-                "train": {**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)}}
         if distributed.is_main():                     # rank 0 writes (torchrun)
-            write_ar_dir(output, model, tok, meta)
+            save_ar(output, model, tok, {**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)})
         if not held.seqs:
             log.warn("no held-out records (--holdout too small for this data): perplexity measured on training data")
         log.info(f"train-ar: held-out perplexity {ppl:.3f} ({ntok:,} tokens, {len(eval_seqs):,} sequences); wrote {output}")

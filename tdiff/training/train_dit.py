@@ -17,13 +17,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tdiff.files import artifacts
 from tdiff.core import log
 from tdiff.data import token_ids as D
 from tdiff.core.choices import T_SAMPLINGS
 from tdiff.core.errors import UsageError
 from tdiff.data.latents import encode_latents
 from tdiff.training.latent_data import draw_conditions, load_latents
+from tdiff.formats.model import save_model
 from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
 
@@ -189,22 +189,20 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
             with torch.no_grad():
                 loss = mean_denoising_loss(eval_mod.dit, eval_mod.schedule, hl, target=tc.target, generator=g2)
             summary["heldout_loss"] = round(loss, 6)
-        tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
-        tensors.update({f"dit.{k}": v for k, v in module.dit.state_dict().items()})
-        tensors.update({f"dit_ema.{k[4:]}": v for k, v in ema.items() if k.startswith("dit.")})
-        tensors.update({f"schedule.{k[9:]}": v for k, v in ema.items() if k.startswith("schedule.")})
+        parts = {"vae": vae.state_dict(), "dit": module.dit.state_dict(),
+                 "dit_ema": {k[4:]: v for k, v in ema.items() if k.startswith("dit.")},
+                 "schedule": {k[9:]: v for k, v in ema.items() if k.startswith("schedule.")}}
         config = {"vae": vcfg.to_dict(), "dit": dit.config.to_dict(), "schedule": schedule.config(),
                   "diffusion": {"target": tc.target, "self_condition": tc.self_condition,
                                 "known_spans": tc.cond_prob > 0, "cond_prob": tc.cond_prob}}
         if label_names:
             config["labels"] = {"field": tc.label_field, "names": label_names}
         if warp is not None:                     # the measured error curve (raw, not EMA-averaged)
-            tensors.update({f"timewarp.{k}": v for k, v in warp.state_dict().items()})
+            parts["timewarp"] = warp.state_dict()
             config["timewarp"] = warp.config()
         if distributed.is_main():                     # rank 0 writes (torchrun)
-            artifacts.save_artifact(output, tensors, "model", config=config,
-                             train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc),
-                                    "vae_train": vae_art.train},
-                             tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
+            save_model(output, "model", parts, config,
+                       {**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc),
+                        "vae_train": vae_art.train}, tok)
         log.info(f"train: wrote {output}")
     return summary

@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tdiff.files import artifacts
 from tdiff.core import log
 from tdiff.data import token_ids as D
 from tdiff.core.errors import UsageError
 from tdiff.data.latents import latent_stats, reconstruction_metrics
+from tdiff.formats.model import save_vae
 from tdiff.training import distributed
 from tdiff.training.loop import LoopConfig, Trainer
 
@@ -177,11 +177,9 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
         vae.set_latent_stats(mean.to(device), std.to(device))
         metrics = reconstruction_metrics(vae, held.seqs or train.seqs[:256], max_len, tok.pad_id, device)
         summary["heldout"] = metrics
-        tensors = {f"vae.{k}": v for k, v in vae.state_dict().items()}
         if distributed.is_main():                     # rank 0 writes (torchrun)
-            artifacts.save_artifact(output, tensors, "vae", config={"vae": vae.config.to_dict()},
-                             train={**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)},
-                             tokenizer=tok.to_bytes(), tokenizer_meta=tok.meta)
+            save_vae(output, vae.state_dict(), {"vae": vae.config.to_dict()},
+                     {**summary, "seed": tc.loop.seed, "data": data.digest, "config": asdict(tc)}, tok)
         log.info(f"train-vae: held-out token accuracy {metrics['token_accuracy']:.4f}, exact match "
                  f"{metrics['exact_match']:.4f} on {metrics['sequences']} sequences; wrote {output}")
     return summary

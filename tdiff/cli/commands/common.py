@@ -6,7 +6,11 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+import inspect
 import sys
+import typing
 from pathlib import Path
 from typing import Optional
 
@@ -81,6 +85,11 @@ def compile_option():
                         "on many batches (needs a C++ compiler on CPU).")
 
 
+def no_ema_option():
+    return typer.Option(False, "--no-ema", help="Diffusion models: use the raw denoiser weights instead of the EMA "
+                        "weights (a train-ar directory holds its EMA weights only).")
+
+
 def dtype_option(default: str = "fp32", auto: bool = False):
     extra = " auto: bf16 where the device has fast bf16 units (AMX / AVX-512 BF16 CPUs, bf16 GPUs), else fp32." \
         if auto else ""
@@ -91,6 +100,77 @@ def dtype_option(default: str = "fp32", auto: bool = False):
 def seed_option():
     return typer.Option(0, "--seed", min=0, max=SEED_MAX,
                         help="Random seed (same seed, device and dtype: same result).")
+
+
+def above(option, bound: float):
+    """OPTION (a typer.Option) takes only values greater than BOUND: an open lower end, which typer's
+    min cannot say. tdiff/cli/main.py refuses BOUND itself and shows the range as `BOUND<x<=max`."""
+    option.greater_than = bound
+    return option
+
+
+def _spelling(decls) -> str:
+    """An option's flags as the user writes them, short first: '-m/--model'."""
+    return "/".join(sorted(decls, key=len))
+
+
+def renamed(**aliases):
+    """Decorator: keep the old spellings of renamed options as hidden aliases, for one release.
+
+    ALIASES maps the old parameter name (also the old --config key) to (old flags, new parameter
+    name), e.g. ``n_embd=(("--n-embd",), "d_model")``. The alias takes the new option's type and
+    range, shows nowhere in --help, and its value becomes the new option's; using it prints one
+    warning line on stderr, and giving both spellings (on the command line, or both keys in a
+    --config file) is a usage error (exit 2). --dump-config prints the new name only."""
+    def wrap(func):
+        hints = typing.get_type_hints(func)
+        params = [p.replace(annotation=hints.get(p.name, p.annotation))
+                  for p in inspect.signature(func).parameters.values()]
+        by_name = {p.name: p for p in params}
+        extra = []
+        for old, (flags, new) in aliases.items():
+            info = copy.copy(by_name[new].default)
+            info.param_decls, info.default, info.hidden, info.help = tuple(flags), None, True, None
+            info.callback, info.is_eager = None, False
+            extra.append(inspect.Parameter(old, params[-1].kind, default=info, annotation=by_name[new].annotation))
+
+        @functools.wraps(func)
+        def wrapper(*args, **kw):
+            ctx = kw["ctx"] if "ctx" in kw else args[0]
+            for old, (flags, new) in aliases.items():
+                _merge_alias(ctx, kw, old, _spelling(flags), new, _spelling(by_name[new].default.param_decls))
+            return func(*args, **kw)
+
+        wrapper.__signature__ = inspect.Signature(params + extra)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params + extra}
+        del wrapper.__wrapped__          # typer must see the new signature, not the function's own
+        return wrapper
+
+    return wrap
+
+
+def _merge_alias(ctx: typer.Context, kw: dict, old: str, old_flags: str, new: str, new_flags: str) -> None:
+    """Move the value of the hidden alias OLD into NEW (in KW and ctx.params), warning once;
+    a usage error when both are given in the same place (command line, or --config file)."""
+    from tdiff.core.errors import UsageError
+
+    value = kw.pop(old, None)
+    ctx.params.pop(old, None)
+    if value is None:
+        return
+    given_old, given_new = (getattr(ctx.get_parameter_source(n), "name", "") for n in (old, new))
+    if given_old == "DEFAULT_MAP":
+        if given_new == "DEFAULT_MAP":
+            raise UsageError(f"--config: give '{new}' or its old spelling '{old}', not both")
+        log.warn(f"--config key '{old}' is now '{new}'; the old spelling goes in the next release")
+        if given_new == "COMMANDLINE":
+            return                                  # the command line wins over the file
+    else:
+        if given_new == "COMMANDLINE":
+            raise UsageError(f"{old_flags} and {new_flags}: one option, give it once ({old_flags} is the old "
+                             f"spelling of {new_flags})")
+        log.warn(f"{old_flags} is now {new_flags}; the old spelling goes in the next release")
+    kw[new] = ctx.params[new] = value
 
 
 def effective_config(ctx: typer.Context) -> dict:

@@ -14,6 +14,7 @@ from tdiff.evaluation.evaluate import NOISE_LEVELS, check_noise_levels  # torch-
 MODES_HELP = ("--model with --data (held-out data), --samples (generated texts) or --speed with --model")
 
 
+@common.renamed(warmup=(("--warmup",), "warmup_batches"))
 def eval_cmd(
     ctx: typer.Context,
     model: Optional[Path] = typer.Option(
@@ -48,7 +49,8 @@ def eval_cmd(
         0, "--length", min=0, max=1_000_000,
         help="--speed, AR models: new tokens per sample (0: 128 or what fits). Diffusion models have a fixed length."),
     repeats: int = typer.Option(5, "--repeats", min=1, max=100_000, help="--speed: timed batches."),
-    warmup: int = typer.Option(1, "--warmup", min=0, max=100_000, help="--speed: untimed batches first."),
+    warmup_batches: int = typer.Option(1, "--warmup-batches", min=0, max=100_000,
+                                       help="--speed: untimed batches before the timed --repeats."),
     max_records: int = typer.Option(0, "--max-records", min=0, help="Use at most N records of each input file (0: all)."),
     t_samples: int = typer.Option(4, "--t-samples", min=1, max=1000,
                                   help="Denoising loss: passes over --data, each with fresh t and noise."),
@@ -60,7 +62,8 @@ def eval_cmd(
     output: str = typer.Option("-", "--output", "-o", help="Output JSON file; - for stdout."),
     compile: bool = common.compile_option(),
     device: str = common.device_option(),
-    dtype: Literal[choices.SAMPLE_DTYPES] = common.dtype_option(auto=True),
+    no_ema: bool = common.no_ema_option(),
+    dtype: Literal[choices.SAMPLE_DTYPES] = common.dtype_option("auto", auto=True),
     seed: int = common.seed_option(),
     quiet: bool = common.quiet_option(),
     config: Optional[Path] = common.config_option(),
@@ -145,11 +148,11 @@ def eval_cmd(
                 stage("speed")
                 with memory.out_of_memory_errors("try a smaller --batch-size"):
                     result["speed"] = E.speed_ar(ar_model, ar_tok, dev, length=length, batch_size=batch_size,
-                                                 repeats=repeats, warmup=warmup, seed=seed, dtype=dtype)
+                                                 repeats=repeats, warmup=warmup_batches, seed=seed, dtype=dtype)
         else:
-            from tdiff.formats.model import load_bundle, load_vae
+            from tdiff.formats.model import load_model, load_vae
 
-            bundle = load_bundle(model, dev) if kind == "model" else None
+            bundle = load_model(model, dev, use_ema=not no_ema) if kind == "model" else None
             if bundle is not None:
                 vae, tok = bundle.vae, bundle.tokenizer
             else:
@@ -177,7 +180,7 @@ def eval_cmd(
                 stage("speed")
                 with memory.out_of_memory_errors("try a smaller --batch-size"):
                     result["speed"] = E.speed_diffusion(bundle, dev, steps=steps, solver=solver,
-                                                        batch_size=batch_size, repeats=repeats, warmup=warmup,
+                                                        batch_size=batch_size, repeats=repeats, warmup=warmup_batches,
                                                         seed=seed, dtype=dtype, compile=compile)
 
     if smp is not None:

@@ -56,13 +56,13 @@ def sample(
                                              help="Lower the logits of tokens decoded elsewhere in the same "
                                                   "sample (1: off)."),
     top_k: int = typer.Option(0, "--top-k", min=0, help="Sample only among the k most likely tokens (0: off)."),
-    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1: off)."),
+    top_p: float = common.above(typer.Option(1.0, "--top-p", max=1.0, help="Nucleus sampling mass (1: off)."), 0.0),
     time_grid: Literal[choices.TIME_GRIDS] = typer.Option(
         "uniform", "--time-grid", help="Where the solver's steps fall: uniform in t, uniform in log-SNR, or "
         "warp (uniform in the model's training time warp; models trained with --t-sampling adaptive)."),
     round_x0: bool = typer.Option(False, "--round-x0", help="Snap every x0 estimate to the latents of the "
                                   "tokens it decodes to (decoder argmax → encoder); one VAE pass per step."),
-    no_ema: bool = typer.Option(False, "--no-ema", help="Use the raw weights instead of the EMA weights."),
+    no_ema: bool = common.no_ema_option(),
     compile: bool = common.compile_option(),
     device: str = common.device_option(),
     dtype: Literal[choices.SAMPLE_DTYPES] = common.dtype_option("auto", auto=True),
@@ -71,7 +71,8 @@ def sample(
     config: Optional[Path] = common.config_option(),
     dump_config: bool = common.dump_config_option(),
 ):
-    """Generate text with a trained model; one JSON record per sample (text, ids, seed, steps, solver, time)."""
+    """Generate text with a trained model; one JSON record per sample (text, ids, index, seed, solver, and
+    steps for diffusion models). Records carry no timing: a seed gives the same bytes."""
     common.start(ctx)
     import time
 

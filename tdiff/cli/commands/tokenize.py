@@ -1,6 +1,6 @@
 """`tdiff tokenize`: {"text"} records to {"ids"} records with a SentencePiece model, and back (--decode).
 
-When --model does not exist it is first trained on the input (a reservoir
+When -t/--tokenizer does not exist it is first trained on the input (a reservoir
 sample of --train-sample records), then the same input is encoded. A file
 input is simply read twice; stdin is copied to a temporary file while it is
 sampled, so memory holds only the sample.
@@ -42,12 +42,13 @@ class Pretokenize(Enum):
     jieba = "jieba"
 
 
+@common.renamed(model=(("--model", "-m"), "tokenizer"))
 def tokenize(
     ctx: typer.Context,
-    model: Optional[Path] = typer.Option(
+    tokenizer: Optional[Path] = typer.Option(
         None,
-        "--model",
-        "-m",
+        "--tokenizer",
+        "-t",
         metavar="FILE",
         help="SentencePiece model file, e.g. tok.model (required). If it does not exist it is trained on "
         "the input first and written with tok.vocab and tok.model.json beside it.",
@@ -61,7 +62,7 @@ def tokenize(
     ),
     decode: bool = typer.Option(False, "--decode", "-d", help="Turn {\"ids\"} records back into {\"text\"} records."),
     keep_text: bool = typer.Option(False, "--keep-text", help="Keep the 'text' field next to 'ids' in the output (encoding only)."),
-    vocab_size: int = typer.Option(8000, "--vocab-size", metavar="N", min=1, max=1_000_000, help="Training: number of pieces (incl. 4 special and 256 byte pieces)."),
+    vocab_size: int = typer.Option(8000, "--vocab-size", metavar="N", min=261, max=1_000_000, help="Training: number of pieces (incl. 4 special and 256 byte pieces)."),
     model_type: ModelType = typer.Option(ModelType.unigram, "--model-type", help="Training: SentencePiece algorithm."),
     pretokenize: Optional[Pretokenize] = typer.Option(
         None,
@@ -74,9 +75,9 @@ def tokenize(
         0.9995,
         "--character-coverage",
         metavar="X",
-        min=0.5,
+        min=0.98,
         max=1.0,
-        help="Training: share of characters that get their own piece (0.98-1.0); the rest use byte pieces.",
+        help="Training: share of characters that get their own piece; the rest use byte pieces.",
     ),
     seed: int = typer.Option(0, "--seed", metavar="N", min=0, max=common.SEED_MAX, help="Training: random seed for the sample and the trainer."),
     jobs: int = typer.Option(1, "--jobs", "-j", metavar="N", min=0, max=1024, help="Worker processes (0 = one per CPU); output order is kept."),
@@ -88,7 +89,7 @@ def tokenize(
 ):
     """Turn {"text"} JSONL records into {"ids"} records with a SentencePiece model (or back with --decode).
 
-    Trains the model first when --model does not exist. Other fields pass through.
+    Trains the model first when -t/--tokenizer does not exist. Other fields pass through.
     """
     common.start(ctx)
     log.set_verbose(verbose)
@@ -98,9 +99,9 @@ def tokenize(
     from tdiff.text.tokenizer import Tokenizer
     from tdiff.text.tokenizer_files import meta_path
 
-    if model is None:
-        raise UsageError("--model is required: the SentencePiece model to use, or to train first when the file "
-                         "does not exist (e.g. --model tok.model)")
+    if tokenizer is None:
+        raise UsageError("-t/--tokenizer is required: the SentencePiece model to use, or to train first when the file "
+                         "does not exist (e.g. -t tok.model)")
     if jobs < 0:
         raise UsageError(f"--jobs must be 0 (one per CPU) or more, got {jobs}")
     jobs = jobs or (os.cpu_count() or 1)
@@ -111,36 +112,37 @@ def tokenize(
     tmp_copy: Optional[str] = None
     source = input
     try:
-        if model.exists():
-            tok = Tokenizer.load(model)
+        if tokenizer.exists():
+            tok = Tokenizer.load(tokenizer, hint="point -t/--tokenizer at a .model file, or at a missing path to "
+                                 "train a new one")
             recorded = tok.meta.get("pretokenize", "none")
             if pretokenize is not None and pretokenize != recorded:
-                how = f"recorded in {meta_path(model)}" if meta_path(model).exists() else "no tok.model.json beside it"
+                how = f"recorded in {meta_path(tokenizer)}" if meta_path(tokenizer).exists() else "no tok.model.json beside it"
                 raise UsageError(
-                    f"--pretokenize {pretokenize} does not match model '{model}', which uses --pretokenize "
+                    f"--pretokenize {pretokenize} does not match model '{tokenizer}', which uses --pretokenize "
                     f"{recorded} ({how}); drop the option or train a new model"
                 )
             if not tok.lossless:
-                log.warn(f"'{model}' lacks byte-fallback or space pieces (not trained by tdiff): "
+                log.warn(f"'{tokenizer}' lacks byte-fallback or space pieces (not trained by tdiff): "
                          "decode(encode(text)) may differ from the text")
             given = [o for o in TRAIN_OPTIONS if _from_command_line(ctx, o)]
             if given and not decode:
-                log.warn(f"'{model}' exists, so training options are ignored: "
+                log.warn(f"'{tokenizer}' exists, so training options are ignored: "
                          + ", ".join("--" + g.replace("_", "-") for g in given))
         elif decode:
-            raise NoInputError(f"model '{model}' does not exist; --decode needs the model the ids were made with (--model)")
+            raise NoInputError(f"model '{tokenizer}' does not exist; --decode needs the model the ids were made with (-t/--tokenizer)")
         else:
             if is_std(input):
                 fd, tmp_copy = tempfile.mkstemp(prefix="tdiff-tokenize-", suffix=".jsonl")
                 os.close(fd)
                 source = tmp_copy
             tok = _train_on_input(
-                input, tmp_copy, name, model,
+                input, tmp_copy, name, tokenizer,
                 vocab_size=vocab_size, model_type=model_type, pretokenize=pretokenize or "none",
                 train_sample=train_sample, character_coverage=character_coverage, seed=seed,
                 jobs=jobs, verbose=verbose,
             )
-            log.info(f"tokenize: trained {model_type} model '{model}' ({tok.vocab_size} pieces, "
+            log.info(f"tokenize: trained {model_type} model '{tokenizer}' ({tok.vocab_size} pieces, "
                      f"pretokenize {tok.meta['pretokenize']}) in {time.time() - t0:.1f} s")
         t1 = time.time()
         try:
@@ -228,7 +230,7 @@ def _train_on_input(input, copy_to, name, model, *, train_sample, seed, jobs, ve
         if src is not sys.stdin.buffer:
             src.close()
     if count == 0:
-        raise DataError(f"{name} has no records: nothing to train '{model}' on; give text records or an existing --model")
+        raise DataError(f"{name} has no records: nothing to train '{model}' on; give text records or an existing -t/--tokenizer model")
     log.info(f"tokenize: training on {len(sample):,} of {count:,} records"
              + (" (jieba pre-tokenization)" if opts.get("pretokenize") == "jieba" else ""))
     with log.progress() as bar:

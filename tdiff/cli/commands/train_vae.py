@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 
@@ -18,8 +18,9 @@ def train_vae(
     tokenizer: Path = typer.Option(..., "--tokenizer", "-t", help="SentencePiece model the ids were made with "
                                    "(stored inside the VAE)."),
     latent_dim: int = typer.Option(32, "--latent-dim", min=1, help="Width of each latent vector."),
-    latent_stride: int = typer.Option(1, "--latent-stride", min=1, max=4, help="Tokens pooled into one latent: 1, 2 or 4."),
-    max_len: int = typer.Option(0, "--max-len", min=0, help="Token positions per sequence (0: 99th percentile of the data)."),
+    latent_stride: Literal[1, 2, 4] = typer.Option(1, "--latent-stride", help="Tokens pooled into one latent."),
+    max_len: int = typer.Option(0, "--max-len", min=0, help="The model's window in positions, one token each "
+                                "(0: 99th percentile of the data); a multiple of --latent-stride."),
     beta: float = typer.Option(1e-3, "--beta", min=0.0, help="KL weight β after warm-up."),
     kl_warmup: int = typer.Option(500, "--kl-warmup", min=0, help="Steps over which β rises linearly from 0."),
     free_bits: float = typer.Option(0.1, "--free-bits", min=0.0, help="KL floor per latent dimension, in nats."),

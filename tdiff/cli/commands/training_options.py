@@ -68,8 +68,8 @@ def _shared_options(d: dict) -> list:
     for f in option_fields():
         m = f.metadata
         ann = Literal[m["choices"]] if "choices" in m else types[f.name]
-        name = option_name(f)
-        out.append((name, ann, typer.Option(d.get(name, f.default), m["flag"], help=m["help"],
+        name = loop_option_name(f)
+        out.append((name, ann, typer.Option(d.get(name, f.default), loop_flag(f), help=m["help"],
                                             min=m.get("min"), max=m.get("max"))))
     out += [
         ("holdout", float, typer.Option(
@@ -96,7 +96,24 @@ def _shared_options(d: dict) -> list:
 _INPUT_OPTIONS = {"tokenizer": "-t/--tokenizer", "vae": "--vae", "model": "-m/--model", "align": "--align",
                   "encoder": "--encoder"}
 
-_LOOP_NAMES = {option_name(f): f.name for f in option_fields()}     # option → LoopConfig field
+# LoopConfig fields whose flag here is not the one in their metadata: the command line's one vocabulary
+# (--ema-decay, a number, is not the opposite of sample's --no-ema). The metadata's flag stays a hidden
+# alias for one release (common.renamed), and with it its --config key.
+_FLAGS = {"ema_decay": "--ema-decay"}
+
+
+def loop_flag(f) -> str:
+    """The flag of LoopConfig field F's option."""
+    return _FLAGS.get(f.name, f.metadata["flag"])
+
+
+def loop_option_name(f) -> str:
+    """The parameter name of LoopConfig field F's option, its key in --config files."""
+    return loop_flag(f).lstrip("-").replace("-", "_")
+
+
+_LOOP_NAMES = {loop_option_name(f): f.name for f in option_fields()}     # option → LoopConfig field
+_OLD_FLAGS = {option_name(f): ((f.metadata["flag"],), loop_option_name(f)) for f in option_fields() if f.name in _FLAGS}
 
 
 def training_command(exclude: tuple = (), **defaults):
@@ -164,7 +181,7 @@ def training_command(exclude: tuple = (), **defaults):
         wrapper.__signature__ = inspect.Signature(params)
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
         del wrapper.__wrapped__          # typer must see the new signature, not the function's own
-        return wrapper
+        return common.renamed(**_OLD_FLAGS)(wrapper)
 
     return wrap
 

@@ -13,42 +13,28 @@ Steps, all through the CLI (`python -m tdiff ...`, wall clock including start-up
 
 Corpora come from $SHARED/data (default: ../shared relative to the repo root).
 Target (issue): encode without jieba >= 2 MB/s end to end.
-Usage: python bench/tokenize_throughput.py
+Usage: python -m bench.throughput.tokenize_throughput
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SHARED", ROOT.parent / "shared"))
-DATA = SHARED if (SHARED / "songci.txt").exists() else SHARED / "data"
+from bench.common import corpus_dir, loadavg, print_json, run_tdiff
+
 TARGET_MB_S = 2.0
 REPEATS = 2
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def tdiff(args: list, stdout=subprocess.DEVNULL) -> dict:
-    """Run `python -m tdiff ARGS`; wall and CPU seconds. Exits on failure."""
-    c0, t0 = _cpu(), time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "tdiff", *map(str, args)], stdout=stdout,
-                       stderr=subprocess.PIPE, cwd=ROOT, check=False)
-    wall, cpu = time.perf_counter() - t0, _cpu() - c0
-    err = r.stderr.decode("utf-8", "replace")
-    if r.returncode != 0:
-        raise SystemExit(f"tdiff {' '.join(map(str, args))} failed ({r.returncode}): {err[-800:]}")
+def tdiff(args: list) -> dict:
+    """Run `python -m tdiff ARGS`: wall and CPU seconds, and train_s when it reports training. Exits on failure."""
+    wall, cpu, err = run_tdiff(args)
     m = re.search(r"trained .* in ([\d.]+) s", err)
     out = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
     if m:
@@ -63,11 +49,12 @@ def rate(path: Path, run: dict) -> dict:
 
 
 def main() -> None:
-    src = DATA / "songci.txt"
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    src = corpus_dir() / "songci.txt"
     if not src.exists():
         raise SystemExit(f"no {src} (set SHARED=/path/to/shared)")
     out: dict = {"bench": "tokenize_throughput", "corpus": src.name, "python": sys.version.split()[0],
-                 "cpus": os.cpu_count(), "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+                 "cpus": os.cpu_count(), "loadavg_before": loadavg()}
     with tempfile.TemporaryDirectory(prefix="tdiff-bench-") as tmp:
         d = Path(tmp)
         text = d / "text.jsonl"
@@ -79,7 +66,7 @@ def main() -> None:
         for name, extra in [("unigram", ["--model-type", "unigram"]), ("bpe", ["--model-type", "bpe"]),
                             ("bpe_jieba", ["--model-type", "bpe", "--pretokenize", "jieba"])]:
             # train_s: training alone; wall_s/cpu_s: the whole command, which also encodes the input once
-            r = tdiff(["tokenize", "-m", d / f"{name}.model", "-i", text, "-o", d / f"{name}.ids", *extra])
+            r = tdiff(["tokenize", "-t", d / f"{name}.model", "-i", text, "-o", d / f"{name}.ids", *extra])
             train[name] = r
         out["train"] = train
 
@@ -110,10 +97,10 @@ def main() -> None:
         n_ids = sum(len(json.loads(x)["ids"]) for x in ids.read_text(encoding="utf-8").splitlines())
         n_chars = sum(len(r["text"]) for r in clean)
         out["chars_per_id"] = {"unigram": round(n_chars / n_ids, 3)}
-    out["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    out["loadavg_after"] = loadavg()
     best = max(out["encode"]["no_jieba_unigram_x3"]["mb_s"], out["encode"]["no_jieba_bpe"]["mb_s"])
     out["targets"] = {"encode_no_jieba_mb_s": TARGET_MB_S, "met": best >= TARGET_MB_S}
-    sys.stdout.write(json.dumps(out) + "\n")
+    print_json(out)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# One timed training run on the songci data of bench/prepare_songci.sh, for ablations and the
-# equal-minutes comparison of docs/NOTES.md. Every stage is a plain `tdiff` command.
+# One timed training run on the songci data of bench/quality/prepare_songci.sh, for ablations and the
+# equal-minutes comparison of docs/RESULTS.md ("Headline: tdiff against the AR baseline at 20 CPU-minutes"). Every stage is a plain `tdiff` command.
 #
-#   bash bench/recipe.sh tdiff RUN_DIR SEED   VAE (VAE_MINUTES) then DiT (DIT_MINUTES) → RUN_DIR/model.safetensors
-#   bash bench/recipe.sh vae   RUN_DIR SEED   VAE only (VAE_MINUTES) → RUN_DIR/vae.safetensors
-#   bash bench/recipe.sh dit   RUN_DIR SEED   DiT only (DIT_MINUTES) on an existing VAE=path
-#   bash bench/recipe.sh ar    RUN_DIR SEED   GPT-2 baseline (AR_MINUTES), sized like SIZE_OF=model.safetensors
+#   bash bench/quality/recipe.sh tdiff RUN_DIR SEED   VAE (VAE_MINUTES) then DiT (DIT_MINUTES) → RUN_DIR/model.safetensors
+#   bash bench/quality/recipe.sh vae   RUN_DIR SEED   VAE only (VAE_MINUTES) → RUN_DIR/vae.safetensors
+#   bash bench/quality/recipe.sh dit   RUN_DIR SEED   DiT only (DIT_MINUTES) on an existing VAE=path
+#   bash bench/quality/recipe.sh ar    RUN_DIR SEED   GPT-2 baseline (AR_MINUTES), sized like SIZE_OF=model.safetensors
+#
+# Run it from the repository root (the `ar` mode sizes the baseline with `python -m bench.quality.ar_size`).
 #
 # Environment: DATA (bench_out/songci: ids.jsonl, tok.model), VAE_ARGS, DIT_ARGS, AR_ARGS (extra flags),
 # CPUS (taskset core list, e.g. 0; default: no pinning), THREADS (torch threads; default: all cores),
@@ -40,10 +42,10 @@ case "$MODE" in
     stage train tdiff train -i "$DATA/ids.jsonl" --vae "$VAE" -o "$RUN/model.safetensors" \
       --max-minutes "$DIT_MINUTES" --log "$RUN/dit_metrics.jsonl" "${common[@]}" ${DIT_ARGS:-} ;;
   ar)
-    read -r NL NE NH < <(python bench/ar_size.py "${SIZE_OF:?set SIZE_OF=a tdiff model.safetensors}")
+    read -r NL NE NH < <(python -m bench.quality.ar_size "${SIZE_OF:?set SIZE_OF=a tdiff model.safetensors}")
     # shellcheck disable=SC2086
     stage train-ar tdiff train-ar -i "$DATA/ids.jsonl" -t "$DATA/tok.model" -o "$RUN/ar" \
-      --n-layer "$NL" --n-embd "$NE" --n-head "$NH" --max-minutes "$AR_MINUTES" \
+      --n-layers "$NL" --d-model "$NE" --n-heads "$NH" --max-minutes "$AR_MINUTES" \
       --log "$RUN/ar_metrics.jsonl" "${common[@]}" ${AR_ARGS:-} ;;
   *) echo "recipe.sh: unknown mode $MODE (tdiff|vae|dit|ar)" >&2; exit 64 ;;
 esac

@@ -1,13 +1,13 @@
 """The distillation table: teacher and students compared at one matched entropy.
 
-Reads the frontier.json files of bench/distill_bench.sh (one per seed) and reads every run's judge
+Reads the frontier.json files of bench/distill/distill_bench.sh (one per seed) and reads every run's judge
 perplexity off its frontier at one common character entropy H (ln-linear between the two sweep points
-that bracket H, as bench/frontier.py does at the real entropy). Students are sharper than their
+that bracket H, as bench.quality.frontier does at the real entropy). Students are sharper than their
 teacher (their sweeps end below the real text's entropy), so H is by default the highest entropy that
 every run's sweep reaches, and q is given there too; each run's PPL and entropy at knob 1 (plain
 sampling of the decoder) are listed beside it. Prints JSON, and a markdown table on stderr.
 
-Usage: python bench/distill_table.py bench_out/dist/s0/frontier.json bench_out/dist/s1/frontier.json [--entropy H]
+Usage: python -m bench.distill.distill_table bench_out/dist/s0/frontier.json bench_out/dist/s1/frontier.json [--entropy H]
 """
 
 from __future__ import annotations
@@ -17,17 +17,14 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from frontier import at_entropy, spread  # noqa: E402
+from bench.common import print_json
+from bench.quality.frontier import at_entropy, spread
 
 
 def main() -> None:
     from tdiff.evaluation.metrics import q_position
 
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("frontiers", nargs="+", type=Path)
     ap.add_argument("--entropy", type=float, default=0.0, help="the matched entropy (default: the highest all runs reach)")
     a = ap.parse_args()
@@ -54,7 +51,7 @@ def main() -> None:
         f = lambda d, n=1: "–" if d["mean"] is None else f"{d['mean']:.{n}f} ({d['min']:.{n}f}–{d['max']:.{n}f})"
         lines.append(f"| {name} | {s['steps']} {s['solver']} | {f(s['ppl_at_h'])} | {f(s['q_at_h'], 3)} | "
                      f"{f(s['knob1_ppl'])} / {f(s['knob1_entropy'], 3)} |")
-    print(json.dumps(out, indent=1))
+    print_json(out, indent=1)
     print("\n".join(lines), file=sys.stderr)
 
 

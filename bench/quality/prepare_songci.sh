@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train (or reuse) the songci models that bench/quality.py measures. Every stage is a
+# Train (or reuse) the songci models that bench.quality.quality measures. Every stage is a
 # plain `tdiff` command; a stage whose output exists is skipped (delete it to redo).
 #
 #   $OUT/train.txt, held.txt    songci poems; every 50th poem is held out (2%)
@@ -13,7 +13,7 @@
 #                               stronger than the baselines it judges; trained once and reused
 #   $OUT/ar/                    GPT-2 baseline with tdiff's parameter count (±10%)  (AR_MINUTES)
 #
-# Usage: bash bench/prepare_songci.sh   (SHARED=../shared, OUT=bench_out/songci)
+# Usage, from the repository root: bash bench/quality/prepare_songci.sh   (SHARED=../shared, OUT=bench_out/songci)
 set -euo pipefail
 SHARED=${SHARED:-../shared}
 OUT=${OUT:-bench_out/songci}
@@ -38,9 +38,9 @@ if [ ! -s "$OUT/ids.jsonl" ]; then
   tdiff clean --max-chars "$MAX_CHARS" --min-chars 4 -i "$OUT/train.txt" -o "$OUT/text.jsonl"
   tdiff clean --max-chars "$MAX_CHARS" --min-chars 4 -i "$OUT/held.txt" -o "$OUT/held.jsonl"
   rm -f "$OUT/tok.model" "$OUT/tok.vocab" "$OUT/tok.model.json"
-  tdiff tokenize --model "$OUT/tok.model" --vocab-size "$VOCAB" --pretokenize jieba --jobs 2 \
+  tdiff tokenize --tokenizer "$OUT/tok.model" --vocab-size "$VOCAB" --pretokenize jieba --jobs 2 \
     -i "$OUT/text.jsonl" -o "$OUT/ids.jsonl.tmp"
-  tdiff tokenize --model "$OUT/tok.model" --pretokenize jieba -i "$OUT/held.jsonl" -o "$OUT/held_ids.jsonl"
+  tdiff tokenize --tokenizer "$OUT/tok.model" --pretokenize jieba -i "$OUT/held.jsonl" -o "$OUT/held_ids.jsonl"
   mv "$OUT/ids.jsonl.tmp" "$OUT/ids.jsonl"
   took tokenize
 fi
@@ -67,9 +67,9 @@ if [ ! -s "$OUT/judge/config.json" ]; then
 fi
 if [ ! -s "$OUT/ar/config.json" ]; then
   # GPT-2 sized to tdiff's parameter count (VAE + DiT, what sampling runs), within ±10%.
-  read -r NL NE NH < <(python bench/ar_size.py "$OUT/model.safetensors")
+  read -r NL NE NH < <(python -m bench.quality.ar_size "$OUT/model.safetensors")
   t "train-ar baseline ${NL}x${NE} ($AR_MINUTES min)"
-  tdiff train-ar -i "$OUT/ids.jsonl" -t "$OUT/tok.model" -o "$OUT/ar" --n-layer "$NL" --n-embd "$NE" --n-head "$NH" \
+  tdiff train-ar -i "$OUT/ids.jsonl" -t "$OUT/tok.model" -o "$OUT/ar" --n-layers "$NL" --d-model "$NE" --n-heads "$NH" \
     --max-steps 100000 --max-minutes "$AR_MINUTES" --dtype "$DTYPE" --device cpu --seed 2 \
     --log "$OUT/ar_metrics.jsonl" --log-every 100 --resume
   took train-ar-baseline

@@ -15,10 +15,10 @@ NAME=PATH@STEPS or NAME=PATH@STEPS:SOLVER samples that system with its own steps
 (default: --steps/--solver, or a `tdiff distill` student's own).
 
 Usage:
-  python bench/frontier.py --judge bench_out/songci/judge --real bench_out/songci/held.jsonl \\
+  python -m bench.quality.frontier --judge bench_out/songci/judge --real bench_out/songci/held.jsonl \\
       --system tdiff=run0/model.safetensors --system tdiff=run1/model.safetensors \\
       --system ar=run0/ar --system ar=run1/ar --plot bench_out/frontier.png > frontier.json
-  python bench/frontier.py --merge runA/frontier.json runB/frontier.json --plot both.png   # no sampling
+  python -m bench.quality.frontier --merge runA/frontier.json runB/frontier.json --plot both.png   # no sampling
 """
 
 from __future__ import annotations
@@ -31,12 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import Judge, logger, print_json, read_texts, set_threads
 
-
-def log(msg: str) -> None:
-    print(f"frontier: {msg}", file=sys.stderr, flush=True)
+log = logger("frontier")
 
 
 def at_entropy(points: list[dict], h: float) -> float | None:
@@ -57,21 +54,6 @@ def spread(xs: list[float]) -> dict:
     if not xs:
         return {"mean": None, "min": None, "max": None, "n": 0}
     return {"mean": round(sum(xs) / len(xs), 4), "min": round(min(xs), 4), "max": round(max(xs), 4), "n": len(xs)}
-
-
-class Judge:
-    def __init__(self, path, dtype: str):
-        from tdiff.formats.ar_dir import load_ar
-
-        self.model, self.tok = load_ar(path)
-        self.dtype = dtype
-
-    def ppl(self, texts: list[str]) -> float:
-        from tdiff.evaluation.perplexity import judge_nll
-        from tdiff.evaluation.metrics import ppl
-
-        nll, n = judge_nll(self.model, self.tok, texts, batch_size=64, dtype=self.dtype)
-        return ppl(nll, n)
 
 
 def describe(texts: list[str], judge: Judge) -> dict:
@@ -96,11 +78,11 @@ def system_texts(path: Path, knob: float, num: int, seed: int, steps: int, solve
         model, tok = cache[path]
         return [r["text"] for r in generate_ar(model, tok, num, batch_size=64, temperature=knob, seed=seed,
                                                dtype=dtype)]
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
     from tdiff.sampling.sample import SampleOptions, generate
 
     if path not in cache:
-        cache[path] = load_bundle(path)
+        cache[path] = load_model(path)
     if tdiff_knob == "top_p":                           # p = 0: greedy; else temperature 1 within the nucleus
         dec = {"temperature": 1.0 if knob > 0 else 0.0, "top_p": knob if knob > 0 else 1.0}
     else:
@@ -159,16 +141,12 @@ def main() -> None:
     ap.add_argument("--title", default="")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args()
-    import torch
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     from tdiff.formats.ar_dir import is_ar_dir
     from tdiff.evaluation.metrics import q_position, shuffle_chars
 
     judge = Judge(args.judge, args.dtype)
-    with open(args.real, encoding="utf-8") as f:
-        held = [json.loads(line)["text"] for line in f if line.strip()]
+    held = read_texts(args.real)
     real = random.Random(args.seed).sample(held, min(args.num, len(held)))
     result = {"num": args.num, "seed": args.seed, "steps": args.steps, "solver": args.solver, "title": args.title,
               "tdiff_knob": args.tdiff_knob, "time_grid": args.time_grid, "round_x0": args.round_x0,
@@ -182,11 +160,11 @@ def main() -> None:
         ar = is_ar_dir(path)
         steps, solver = args.steps, args.solver
         if not ar:
-            from tdiff.formats.model import load_bundle
+            from tdiff.formats.model import load_model
             from tdiff.sampling.sample import sampling_plan
 
             if path not in cache:
-                cache[path] = load_bundle(path)
+                cache[path] = load_model(path)
             want_steps, _, want_solver = own.partition(":")
             student = cache[path].kind == "student"
             steps, solver, _ = sampling_plan(cache[path], int(want_steps) if want_steps else (None if student else steps),
@@ -220,7 +198,7 @@ def main() -> None:
     if args.plot:
         plot(result, args.plot)
         log(f"wrote {args.plot}")
-    print(json.dumps(result, ensure_ascii=False, indent=1))
+    print_json(result, indent=1)
 
 
 if __name__ == "__main__":

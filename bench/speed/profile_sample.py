@@ -1,6 +1,6 @@
 """Where generation time goes, tdiff vs AR, with torch.profiler; prints one JSON object on stdout.
 
-The same models and timed paths as bench/speed_vs_ar.py (random weights of `--preset`, 128
+The same models and timed paths as bench.speed.speed_vs_ar (random weights of `--preset`, 128
 tokens, a GPT-2 of the same parameter count), one profiled run per (method, batch) after a
 warm-up. Operator self-times are grouped into:
 
@@ -13,22 +13,18 @@ warm-up. Operator self-times are grouped into:
   bookkeeping (for AR `generate`: its per-token logits processing, cache updates, stopping
   criteria; for tdiff: the solver's float64 coefficient arithmetic and the loop).
 
-Usage: python bench/profile_sample.py [--steps 12] [--batch 1,64] [--dtype fp32] [--preset tiny]
+Usage: python -m bench.speed.profile_sample [--steps 12] [--batch 1,64] [--dtype fp32] [--preset tiny]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import speed_vs_ar as S  # noqa: E402
+from bench.common import print_json, tdiff_params
+from bench.speed import speed_vs_ar as S
 
 GROUPS = [
     ("attention", ("scaled_dot_product", "flash_attention")),
@@ -87,7 +83,7 @@ def main() -> int:
     device = torch.device("cpu")
     bundle, _ = S.build_tdiff(sargs, device)
     L, V = bundle.vae.config.max_len, bundle.vae.config.vocab_size
-    model, count, info = S.build_ar(S.tdiff_params(bundle)["total"], V, L, bundle.tokenizer, sargs, device)
+    model, count, info = S.build_ar(tdiff_params(bundle)["total"], V, L, bundle.tokenizer, sargs, device)
     runner = S.Runner(bundle, model, L, device)
     out = {"seq_len": L, "dtype": a.dtype, "threads": a.threads, "steps": a.steps,
            "ar_config": {k: info[k] for k in ("n_layer", "n_embd", "n_head")}, "runs": []}
@@ -100,7 +96,7 @@ def main() -> int:
             r = profile(fn)
             r.update(method=name, batch=batch, tokens_per_s_under_profiler=round(batch * L / r["wall_s"], 1))
             out["runs"].append(r)
-    print(json.dumps(out, indent=1))
+    print_json(out, indent=1)
     return 0
 
 

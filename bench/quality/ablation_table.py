@@ -1,8 +1,8 @@
-"""One markdown row per run directory of bench/recipe.sh that has been scored: training steps,
+"""One markdown row per run directory of bench/quality/recipe.sh that has been scored: training steps,
 held-out loss, the per-noise-level gain of `tdiff eval --data` (best in t ∈ [0.6, 0.9]), and the
-frontier of bench/frontier.py (judge PPL and q at the real text's entropy, the greedy point).
+frontier of bench.quality.frontier (judge PPL and q at the real text's entropy, the greedy point).
 
-Usage: python bench/ablation_table.py RUN_DIR...   (each with eval.json and frontier.json)
+Usage: python -m bench.quality.ablation_table RUN_DIR...   (each with eval.json and frontier.json)
 
 After the per-run rows, a second table pools the seeds of each lever: runs named NAME and NAME_sK
 (K a seed) are one lever; its PPL and q at the real entropy are given as mean (min–max). A run
@@ -11,9 +11,9 @@ still being scored (missing or half-written files) shows dashes.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 
@@ -72,7 +72,9 @@ def pooled(runs: list[Path]) -> list[str]:
 
 
 def main() -> None:
-    runs = [Path(d) for d in sys.argv[1:]]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="*", type=Path, metavar="RUN_DIR", help="run directories (eval.json, frontier.json)")
+    runs = ap.parse_args().runs
     print("| run | DiT steps | held-out loss | best gain t∈[0.6,0.9] | greedy PPL / entropy | PPL @ real H | q @ real H |")
     print("|---|---|---|---|---|---|---|")
     for d in runs:

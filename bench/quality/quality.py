@@ -1,6 +1,6 @@
 """Sample quality on songci: tdiff vs real text vs the autoregressive baseline; prints JSON.
 
-Runs bench/prepare_songci.sh first when its models are missing (train or reuse), then:
+Runs bench/quality/prepare_songci.sh first when its models are missing (train or reuse), then:
 
 - VAE: token accuracy and exact match on the held-out poems (2%, split by poem);
 - for real held-out text, its shuffled-character version, AR-baseline samples and tdiff
@@ -10,7 +10,7 @@ Runs bench/prepare_songci.sh first when its models are missing (train or reuse),
   (0 = reads like real text, 1 = like shuffled characters), character unigram entropy,
   KL(held-out ‖ set) of character unigrams, mean length in characters, distinct-2 and
   repetition over characters, share with U+FFFD, and memorization: longest substring
-  shared with any one training text (suffix-array index, bench/text_stats.py) and the
+  shared with any one training text (suffix-array index, bench.quality.text_stats) and the
   share of character 4-grams found in the training text.
 - the quality bars: PPL ratio ≤ 2, entropy within 10%, q ≤ 0.5, length within 10%.
 
@@ -20,7 +20,7 @@ see word order), a random subset of training text with as many texts as the samp
 the finite-sample floor of the KL for real text, and characters drawn uniformly from the
 training text's character set give its scale for text with no unigram statistics.
 
-Usage: python bench/quality.py [--num 256] [--out bench_out/songci]
+Usage: python -m bench.quality.quality [--num 256] [--out bench_out/songci]
 """
 
 from __future__ import annotations
@@ -30,21 +30,13 @@ import json
 import os
 import random
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import ROOT, SHARED, Judge, logger, n_params, print_json, read_texts, tdiff_params
+from bench.quality.text_stats import SubstringIndex, char_unigram_kl, max_lcs_stats
 
-
-def log(msg: str) -> None:
-    print(f"quality: {msg}", file=sys.stderr, flush=True)
-
-
-def read_texts(path: Path) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line)["text"] for line in f if line.strip()]
+log = logger("quality")
 
 
 def read_ids(path: Path) -> list[list[int]]:
@@ -55,34 +47,23 @@ def read_ids(path: Path) -> list[list[int]]:
 class Scorer:
     """Everything measured on one set of texts, against held-out text, training text and a judge."""
 
-    def __init__(self, judge, judge_tok, held: list[str], train: list[str], dtype: str):
-        from text_stats import SubstringIndex  # bench/text_stats.py (the script's folder is on sys.path)
-
+    def __init__(self, judge: Judge, held: list[str], train: list[str]):
         from tdiff.evaluation.metrics import NgramSet
 
-        self.judge, self.judge_tok, self.held, self.dtype = judge, judge_tok, held, dtype
+        self.judge, self.held = judge, held
         t0 = time.perf_counter()
         self.index = SubstringIndex(train)
         self.train_4grams = NgramSet([list(t) for t in train], 4)
         log(f"training-text indexes built in {time.perf_counter() - t0:.1f} s")
 
-    def judge_ppl(self, texts: list[str]) -> float:
-        from tdiff.evaluation.perplexity import judge_nll
-        from tdiff.evaluation.metrics import ppl
-
-        nll, n = judge_nll(self.judge, self.judge_tok, texts, batch_size=64, dtype=self.dtype)
-        return ppl(nll, n)
-
     def score(self, texts: list[str]) -> dict:
-        from text_stats import char_unigram_kl, max_lcs_stats
-
         from tdiff.evaluation import metrics as M
 
         chars = [list(t) for t in texts]
         lcs = max_lcs_stats(texts, self.index) if texts else {"mean": 0.0, "max": 0.0, "p50": 0.0}
         return {
             "n": len(texts),
-            "judge_ppl": round(self.judge_ppl(texts), 3),
+            "judge_ppl": round(self.judge.ppl(texts), 3),
             "char_entropy": round(M.unigram_entropy(chars), 4),
             "char_kl_vs_heldout": round(char_unigram_kl(texts, self.held), 4),
             "mean_chars": round(sum(map(len, texts)) / max(1, len(texts)), 2),
@@ -122,19 +103,19 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     if not (out / "ar" / "config.json").exists():
-        log(f"models missing in {out}: running bench/prepare_songci.sh")
-        subprocess.run(["bash", str(ROOT / "bench" / "prepare_songci.sh")], check=True,
-                       env={**os.environ, "OUT": str(out)})
+        log(f"models missing in {out}: running bench/quality/prepare_songci.sh")
+        subprocess.run(["bash", str(ROOT / "bench" / "quality" / "prepare_songci.sh")], check=True, cwd=ROOT,
+                       env={**os.environ, "OUT": str(out.resolve()), "SHARED": str(SHARED.resolve())})
 
     from tdiff.sampling.ar import generate_ar
     from tdiff.formats.ar_dir import load_ar
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
     from tdiff.evaluation.metrics import q_position, shuffle_chars
     from tdiff.data.latents import reconstruction_metrics
 
     result: dict = {"corpus": "songci.txt (every 50th poem held out; chunks of at most 64 chars)",
                     "num_samples": args.num, "seed": args.seed, "threads": args.threads}
-    bundle = load_bundle(out / "model.safetensors")
+    bundle = load_model(out / "model.safetensors")
     vcfg = bundle.vae.config
     held_ids = read_ids(out / "held_ids.jsonl")
     t0 = time.perf_counter()
@@ -148,8 +129,8 @@ def main() -> None:
 
     held = read_texts(out / "held.jsonl")
     train = read_texts(out / "text.jsonl")
-    judge, judge_tok = load_ar(out / "judge")
-    scorer = Scorer(judge, judge_tok, held, train, args.dtype)
+    judge = Judge(out / "judge", args.dtype)
+    scorer = Scorer(judge, held, train)
     rng = random.Random(args.seed)
     real = rng.sample(held, min(args.num, len(held)))
 
@@ -169,10 +150,8 @@ def main() -> None:
     ar_texts = [r["text"] for r in generate_ar(ar, ar_tok, args.num, batch_size=64, temperature=1.0,
                                                seed=args.seed, dtype=args.dtype)]
     sets["ar_baseline"] = scorer.score(ar_texts) | {"sample_s": round(time.perf_counter() - t0, 2)}
-    ar_params = sum(p.numel() for p in ar.parameters())
-    td_params = sum(p.numel() for p in bundle.vae.parameters()) + sum(p.numel() for p in bundle.dit.parameters())
-    result["params"] = {"tdiff_vae_plus_dit": td_params, "ar_baseline": ar_params,
-                        "judge": sum(p.numel() for p in judge.parameters())}
+    result["params"] = {"tdiff_vae_plus_dit": tdiff_params(bundle)["total"], "ar_baseline": n_params(ar),
+                        "judge": n_params(judge.model)}
 
     examples = {}
     for name, solver, steps in [("tdiff_dpm12", "dpm", 12), ("tdiff_ddpm200", "ddpm", 200)]:
@@ -211,7 +190,7 @@ def main() -> None:
         }
     result["bars"] = bars
     result["examples"] = examples
-    print(json.dumps(result, ensure_ascii=False, indent=1))
+    print_json(result, indent=1)
 
 
 if __name__ == "__main__":

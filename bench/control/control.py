@@ -1,9 +1,9 @@
 """Controllable generation, measured: infilling, prompting, exact lengths, long text, and label
 guidance. Prints one JSON object.
 
-    python bench/control.py --model M --held held.jsonl [--ar AR_DIR] [--judge JUDGE_DIR]
-                            [--num 200] [--segments-num 50] [--seed 0]
-    python bench/control.py --labels-model M --judge JUDGE_DIR [--num 200]     # guidance (snownlp sentiment)
+    python -m bench.control.control --model M --held held.jsonl [--ar AR_DIR] [--judge JUDGE_DIR]
+                                    [--num 200] [--segments-num 50] [--seed 0]
+    python -m bench.control.control --labels-model M --judge JUDGE_DIR [--num 200]   # guidance (snownlp sentiment)
 
 Infill: NUM held-out texts, each with one span of 20–40% of its characters masked (never at either
 end, so both contexts exist). tdiff fills it seeing both sides (`{"text", "mask"}` requests); the AR
@@ -27,12 +27,11 @@ samples (the null label) for reference.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import random
 import sys
 import time
 
+from bench.common import Judge, print_json, set_threads
 from tdiff.core.errors import DataError, UsageError
 
 
@@ -50,13 +49,10 @@ def _texts(path, limit):
 
 
 def _ppl(judge, texts):
+    """The judge's perplexity of TEXTS, rounded; None without a judge or texts."""
     if judge is None or not texts:
         return None
-    from tdiff.evaluation.perplexity import judge_nll
-
-    model, tok = judge
-    nll, n = judge_nll(model, tok, texts)
-    return round(math.exp(nll / max(n, 1)), 2)
+    return round(judge.ppl(texts), 2)
 
 
 def _gen(bundle, opts, templates):
@@ -218,22 +214,19 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
-    import torch
-
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    set_threads(a.threads)
     from tdiff.formats.ar_dir import load_ar
-    from tdiff.formats.model import load_bundle
+    from tdiff.formats.model import load_model
     from tdiff.sampling.sample import SampleOptions
 
-    judge = load_ar(a.judge, "cpu") if a.judge else None
+    judge = Judge(a.judge, batch_size=32) if a.judge else None
     opts = SampleOptions(num=a.num, batch_size=64, steps=a.steps, temperature=1.0 if a.top_p < 1 else 0.0,
                          top_p=a.top_p, seed=a.seed)
     result = {"settings": vars(a)}
     if a.model:
         if not a.held:
             sys.exit("control.py: --model needs --held")
-        bundle = load_bundle(a.model, "cpu")
+        bundle = load_model(a.model, "cpu")
         texts = _texts(a.held, a.num)
         ar = load_ar(a.ar, "cpu") if a.ar else None
         result["infill"] = infill(bundle, opts, texts, ar, judge, a.seed)
@@ -241,9 +234,9 @@ def main(argv=None):
         result["length"] = lengths(bundle, opts)
         result["segments"] = segments(bundle, opts, a.segments_num)
     if a.labels_model:
-        bundle = load_bundle(a.labels_model, "cpu")
+        bundle = load_model(a.labels_model, "cpu")
         result["guidance"] = guidance(bundle, opts, judge, [float(w) for w in a.weights.split(",")], a.num)
-    print(json.dumps(result, ensure_ascii=False, indent=1))
+    print_json(result, indent=1)
 
 
 if __name__ == "__main__":

@@ -10,29 +10,24 @@
 
 Corpora come from $SHARED/data (default: ../shared relative to the repo root).
 Targets: >= 5 MB/s on songci/tangshi, peak RSS < 300 MB.
-Usage: python bench/clean_throughput.py
+Usage: python -m bench.throughput.clean_throughput
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import os
 import re
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import corpus_dir, print_json, run_tdiff
+from tdiff.files.streams import DecodeStats, dumps, iter_lines
+from tdiff.text.clean import Cleaner
 
-from tdiff.files.streams import DecodeStats, dumps, iter_lines  # noqa: E402
-from tdiff.text.clean import Cleaner  # noqa: E402
-
-SHARED = Path(os.environ.get("SHARED", ROOT.parent / "shared"))
-DATA = SHARED if (SHARED / "songci.txt").exists() else SHARED / "data"
 CORPORA = ["songci.txt", "tangshi.txt", "tinyshakespeare.txt"]
 TARGET_MB_S = 5.0
 TARGET_RSS_MB = 300.0
@@ -58,18 +53,8 @@ def library_mb_s(path: Path, repeats: int = 2) -> float:
 
 def _run_cli(args: list[str]) -> tuple[float, str]:
     """Run `python -m tdiff clean ARGS` (stdout discarded); (wall seconds, stderr)."""
-    t = time.perf_counter()
-    r = subprocess.run(
-        [sys.executable, "-m", "tdiff", "clean", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-        check=False,
-    )
-    wall = time.perf_counter() - t
-    if r.returncode != 0:
-        raise SystemExit(f"tdiff clean {' '.join(args)} failed ({r.returncode}): {r.stderr.decode()[-500:]}")
-    return wall, r.stderr.decode("utf-8", "replace")
+    wall, _, err = run_tdiff(["clean", *args])
+    return wall, err
 
 
 def cli_mb_s(path: Path) -> dict:
@@ -104,12 +89,14 @@ def peak_rss(big: Path) -> dict:
 
 
 def main() -> None:
-    corpora = [DATA / name for name in CORPORA if (DATA / name).exists()]
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    data = corpus_dir()
+    corpora = [data / name for name in CORPORA if (data / name).exists()]
     if not corpora:
-        raise SystemExit(f"no corpora in {DATA} (set SHARED=/path/to/shared)")
+        raise SystemExit(f"no corpora in {data} (set SHARED=/path/to/shared)")
     result: dict = {"bench": "clean_throughput", "python": sys.version.split()[0], "cpus": os.cpu_count()}
 
-    tangshi = DATA / "tangshi.txt"
+    tangshi = data / "tangshi.txt"
     if tangshi.exists():
         with tempfile.TemporaryDirectory() as tmp:
             big = Path(tmp) / "tangshi_x4.txt"
@@ -128,7 +115,7 @@ def main() -> None:
     speed_ok = all((result["cli"][n]["reported_mb_s"] or 0) >= TARGET_MB_S for n in chinese)
     rss_ok = "peak_rss" not in result or result["peak_rss"]["default_mb"] < TARGET_RSS_MB
     result["targets"] = {"mb_s": TARGET_MB_S, "peak_rss_mb": TARGET_RSS_MB, "met": bool(speed_ok and rss_ok)}
-    sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
+    print_json(result)
 
 
 if __name__ == "__main__":

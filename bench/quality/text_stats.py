@@ -3,8 +3,8 @@
 `char_unigram_kl` compares the character distributions of two sets of texts;
 `SubstringIndex` (a suffix array over training texts) answers "how long a piece
 of this sample occurs verbatim in one training text", the memorization measure
-of bench/quality.py. Import it with bench/ on sys.path (bench scripts run from
-there). Heavy imports (numpy) happen inside the functions that need them.
+of bench.quality.quality (`from bench.quality.text_stats import ...`). Heavy imports
+(numpy) happen inside the functions that need them.
 """
 
 from __future__ import annotations

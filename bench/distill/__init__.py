@@ -1,0 +1,1 @@
+"""Distillation: students against their teacher on the quality-diversity frontier."""

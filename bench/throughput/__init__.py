@@ -1,0 +1,1 @@
+"""Throughput benchmarks: `tdiff clean`, `tdiff tokenize`, and the training step."""
