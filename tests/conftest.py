@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,79 @@ def run_tdiff(args, input=None, env=None, timeout=600):
         timeout=timeout,
         cwd=ROOT,
     )
+
+
+class _Kept(io.BytesIO):
+    """A BytesIO whose contents outlive close() (a command may close its stdout)."""
+
+    def close(self):
+        pass
+
+
+def run_cli(args, input=None, env=None):
+    """`tdiff ARGS` in this process, through tdiff.cli.main as the console script calls it: stdin from
+    INPUT (str or bytes), stdout and stderr captured, ENV set for the call. Returns what run_tdiff
+    returns (returncode, stdout and stderr bytes). For every test where no process boundary is under
+    test: a subprocess costs seconds of start-up (torch's import) per call."""
+    import signal
+    from types import SimpleNamespace
+
+    from tdiff.cli.main import main
+    from tdiff.core import log
+
+    if isinstance(input, str):
+        input = input.encode("utf-8")
+    out, err = _Kept(), _Kept()
+    streams = (sys.stdin, sys.stdout, sys.stderr)
+    saved_env, handler, quiet, verbose = dict(os.environ), signal.getsignal(signal.SIGTERM), log._quiet, log._verbose
+    os.environ.update({k: str(v) for k, v in (env or {}).items()})
+    sys.stdin = io.TextIOWrapper(_Kept(input or b""), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+    sys.stderr = io.TextIOWrapper(err, encoding="utf-8", write_through=True)
+    code = 0
+    try:
+        main([str(a) for a in args])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        for s in (sys.stdout, sys.stderr):
+            try:
+                s.flush()
+            except (OSError, ValueError):
+                pass
+        sys.stdin, sys.stdout, sys.stderr = streams
+        signal.signal(signal.SIGTERM, handler)
+        log._quiet, log._verbose = quiet, verbose
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def one_line_error(r, code: int, *words: str) -> str:
+    """Assert exit CODE, no traceback, and that the error is one line naming WORDS; return stderr."""
+    err = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == code, f"exit {r.returncode}, expected {code}: {err}"
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower() or "Error" in ln]
+    assert len(errors) <= 3 and len(lines) <= 8, err        # click's usage errors: usage line + hint + error
+    for w in words:
+        assert w in err, f"{w!r} not in: {err}"
+    return err
+
+
+def read_fifo(fifo: Path) -> tuple[threading.Thread, dict]:
+    """Make FIFO and start a thread reading it to the end: join the thread, then dict["data"]."""
+    os.mkfifo(fifo)
+    got = {}
+
+    def reader():
+        with open(fifo, "rb") as f:
+            got["data"] = f.read()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    return t, got
 
 
 @pytest.fixture

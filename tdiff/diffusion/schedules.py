@@ -418,7 +418,7 @@ def vdm_variance_loss(schedule: Schedule, t: torch.Tensor, eps_mse_per_example: 
     gradient of E[L_t²] divided pointwise by m_t > 0, so it is a descent direction for the
     variance with the same stationary point |λ'| · m = const.  It cannot degenerate: the
     endpoints are pinned (∫0^1 λ' dt = λ(1) − λ(0) is fixed), δ ∈ [−0.3, 0.3], and the optimum
-    is an interior schedule (tests/test_schedules.py shows the literal form pushing δ to ±0.3
+    is an interior schedule (tests/diffusion/test_schedules.py shows the literal form pushing δ to ±0.3
     and raising the variance where this one lowers it).  The division by (λ(0) − λ(1))² only
     fixes the scale (J = ¼·mean(m) for a schedule linear in λ) so that ``regularizer()`` keeps
     a sensible relative weight.  Note that the cosine base has |λ'| ~ 10³ near t = 0 and 1, so

@@ -157,7 +157,7 @@ def self_bleu(
     Only the first ``max_samples`` texts are used (None = all). Fewer than 2 texts: 0.0.
     """
     # sacrebleu internals (extract_all_word_ngrams, metric.tokenizer, metric.compute_bleu): pyproject.toml
-    # pins sacrebleu to 2.x, and tests/test_metrics.py checks the result against the public sentence_score.
+    # pins sacrebleu to 2.x, and tests/evaluation/test_metrics.py checks the result against the public sentence_score.
     from sacrebleu.metrics.helpers import extract_all_word_ngrams
 
     texts = list(texts)[:max_samples] if max_samples is not None else list(texts)

@@ -295,17 +295,18 @@ def write_programs(bundle, out_dir: Path, fmt: str, dtype: str, inputs: list[dic
     return check_outputs(lambda name, args: progs[name](*args), inputs, refs, dtype, fmt, files)
 
 
-def slim_tensors(art, dtype: str) -> dict:
-    """The tensors of a slim model file: VAE, the EMA denoiser stored as `dit`, schedule and time warp;
-    floating-point network weights in DTYPE (latent statistics kept in float32)."""
+def slim_tensors(art, dtype: str, use_ema: bool = True) -> dict:
+    """The tensors of a slim model file: VAE, the EMA denoiser stored as `dit` (USE_EMA False: the raw
+    training weights), schedule and time warp; floating-point network weights in DTYPE (latent
+    statistics kept in float32)."""
     from tdiff.core.device import torch_dtype
 
     dt = torch_dtype(dtype)
-    ema = any(k.startswith("dit_ema.") for k in art.tensors)
+    ema = use_ema and any(k.startswith("dit_ema.") for k in art.tensors)
     out = {}
     for k, v in art.tensors.items():
-        if k.startswith("dit.") and ema:
-            continue                                     # raw training weights: dropped
+        if (k.startswith("dit.") and ema) or (k.startswith("dit_ema.") and not ema):
+            continue                                     # the weights not kept: dropped
         if k.startswith("dit_ema."):
             k = "dit." + k[len("dit_ema."):]
         network = k.startswith(("dit.", "vae.")) and not k.endswith(("latent_mean", "latent_std"))
@@ -313,14 +314,15 @@ def slim_tensors(art, dtype: str) -> dict:
     return out
 
 
-def write_slim(art, path: Path, dtype: str, source_sha: str) -> None:
+def write_slim(art, path: Path, dtype: str, source_sha: str, use_ema: bool = True) -> None:
     """Write the slim model file of artifact ART (see `slim_tensors`) to PATH."""
-    config = dict(art.config)
-    config["export"] = {"format": "safetensors", "dtype": dtype,
-                        "source": {"file": Path(art.path).name, "sha256": source_sha}}
     from tdiff.formats.model import load_tokenizer, model_parts_from, save_model
 
-    save_model(path, art.kind, model_parts_from(slim_tensors(art, dtype)), config, art.train, load_tokenizer(art))
+    config = dict(art.config)
+    config["export"] = {"format": "safetensors", "dtype": dtype, "ema": use_ema,
+                        "source": {"file": Path(art.path).name, "sha256": source_sha}}
+    save_model(path, art.kind, model_parts_from(slim_tensors(art, dtype, use_ema)), config, art.train,
+               load_tokenizer(art))
 
 
 def verify_slim(path: Path, dtype: str, inputs: list[dict], refs: list[dict]) -> dict:
@@ -335,8 +337,9 @@ def verify_slim(path: Path, dtype: str, inputs: list[dict], refs: list[dict]) ->
 # ---------------------------------------------------------------- the directory
 
 
-def program_config(bundle, art, fmt: str, dtype: str, source_sha: str) -> dict:
-    """config.json of a program directory: what a standalone sampler needs to know."""
+def program_config(bundle, art, fmt: str, dtype: str, source_sha: str, ema: bool = True) -> dict:
+    """config.json of a program directory: what a standalone sampler needs to know (EMA: whether the
+    programs hold the EMA denoiser)."""
     from tdiff.sampling.sample import sampling_plan
 
     tok = bundle.tokenizer
@@ -349,13 +352,14 @@ def program_config(bundle, art, fmt: str, dtype: str, source_sha: str) -> dict:
             "pad_id": tok.pad_id, "bos_id": tok.bos_id, "eos_id": tok.eos_id, "unk_id": tok.unk_id,
             "end_run": 3, "self_condition": bool(bundle.diffusion.get("self_condition", True)),
             "labels": bundle.labels, "known_spans": bundle.known_spans,
-            "steps": steps, "solver": solver, "kind": art.kind,
+            "steps": steps, "solver": solver, "kind": art.kind, "ema": ema,
             "tokenizer_meta": art.tokenizer_meta,
             "source": {"file": Path(art.path).name, "sha256": source_sha}}
 
 
-def export_model(model_path, out: Path, fmt: str, dtype: str) -> dict:
-    """Export MODEL_PATH to directory OUT in FMT with weights in DTYPE; verify; return the report.
+def export_model(model_path, out: Path, fmt: str, dtype: str, use_ema: bool = True) -> dict:
+    """Export MODEL_PATH to directory OUT in FMT with weights in DTYPE (the EMA denoiser, or with USE_EMA
+    False the raw training weights); verify; return the report.
 
     The directory is assembled beside OUT (a symlink's target) and moved into place only after every
     check passed, so a failure (or an interrupt) leaves OUT as it was; temp folders of earlier runs
@@ -375,7 +379,7 @@ def export_model(model_path, out: Path, fmt: str, dtype: str) -> dict:
     out = Path(out)
     check_target(out)                                      # before any work; checked again on the way in
     art = artifacts.load_artifact(model_path, expect=MODEL_KINDS)
-    bundle = load_model(model_path, "cpu")
+    bundle = load_model(model_path, "cpu", use_ema=use_ema)
     sha = file_sha256(model_path)
     inputs = verification_inputs(bundle)
     refs = reference_outputs(bundle, inputs)
@@ -384,7 +388,7 @@ def export_model(model_path, out: Path, fmt: str, dtype: str) -> dict:
         nonlocal checks
         if fmt == "safetensors":
             path = tmp / "model.safetensors"
-            write_slim(art, path, dtype, sha)
+            write_slim(art, path, dtype, sha, use_ema)
             checks = verify_slim(path, dtype, inputs, refs)
             config = {MARKER: 1, "format": fmt, "dtype": dtype, "model": path.name,
                       "source": {"file": Path(art.path).name, "sha256": sha}}
@@ -392,7 +396,7 @@ def export_model(model_path, out: Path, fmt: str, dtype: str) -> dict:
             with torch.inference_mode(False):
                 checks = write_programs(bundle, tmp, fmt, dtype, inputs, refs)
             (tmp / "tokenizer.model").write_bytes(art.tokenizer)
-            config = program_config(bundle, art, fmt, dtype, sha)
+            config = program_config(bundle, art, fmt, dtype, sha, use_ema)
         config["verify"] = {"input": f"seeded, batches {list(VERIFY_BATCHES)}",
                             "measure": "max|export - source| / max|source|, worst over the inputs",
                             "checks": checks}

@@ -24,6 +24,7 @@ def export(
         "(torch.export programs), torchscript, or onnx (needs the onnx extra)."),
     dtype: Literal[choices.DTYPES] = typer.Option("fp32", "--dtype", help="The weights' precision in the export "
                                                   "(inputs and outputs of programs stay fp32)."),
+    no_ema: bool = common.no_ema_option(),
     quiet: bool = common.quiet_option(),
     config: Optional[Path] = common.config_option(),
     dump_config: bool = common.dump_config_option(),
@@ -42,7 +43,7 @@ def export(
         raise UsageError("--format onnx --dtype bf16: ONNX Runtime's CPU kernels have no bf16 matrix product; "
                          "use fp16 or fp32")
     t0 = time.perf_counter()
-    report = export_model(model, output, format, dtype)
+    report = export_model(model, output, format, dtype, use_ema=not no_ema)
     for name, c in report["checks"].items():
         log.info(f"export: {name}: {c['file']}: max |export - source| / max |source| = {c['rel_error']:.2e} "
                  f"(tolerance {c['tolerance']:g})")

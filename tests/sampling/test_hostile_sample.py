@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_hostile import one_line_error, run_in_process
+from conftest import one_line_error, run_cli
 from tdiff.core import memory
 from tdiff.core.errors import UsageError
 
@@ -53,11 +53,11 @@ def sample(model, *args):
 def test_a_batch_too_big_for_the_memory_is_refused_before_any_work(model, tmp_path, ram, capsys):
     ram(8)
     out = tmp_path / "out.jsonl"
-    r = run_in_process(sample(model, "-n", "65536", "--batch-size", "65536", "-o", out), capsys)
+    r = run_cli(sample(model, "-n", "65536", "--batch-size", "65536", "-o", out))
     err = one_line_error(r, 2, "--batch-size 65536", "GiB for activations", "this machine has 8.0 GiB available")
     assert "needs about" in err and not out.exists()
     ram(2)
-    r = run_in_process(sample(model, "-n", "4096", "--batch-size", "4096", "--temperature", "1", "-o", out), capsys)
+    r = run_cli(sample(model, "-n", "4096", "--batch-size", "4096", "--temperature", "1", "-o", out))
     one_line_error(r, 2, "--batch-size 4096", "2.0 GiB available")
     assert not out.exists()
 
@@ -82,19 +82,19 @@ def test_batches_that_fit_are_not_refused(model, tmp_path, ram, capsys):
     that the requests never fill (-n 2, or an input of 3 records)."""
     ram(2)
     out = tmp_path / "out.jsonl"
-    r = run_in_process(sample(model, "-n", "256", "--batch-size", "256", "-o", out, "-q"), capsys)
+    r = run_cli(sample(model, "-n", "256", "--batch-size", "256", "-o", out, "-q"))
     assert r.returncode == 0, r.stderr.decode()
     assert len(out.read_text().splitlines()) == 256
-    r = run_in_process(sample(model, "-n", "2", "--batch-size", "65536", "-o", out, "-q"), capsys)
+    r = run_cli(sample(model, "-n", "2", "--batch-size", "65536", "-o", out, "-q"))
     assert r.returncode == 0 and len(out.read_text().splitlines()) == 2
     req = jsonl(tmp_path / "req.jsonl", {"prompt": "春"}, {"prompt": "风"}, {"prompt": "月"})
-    r = run_in_process(sample(model, "-i", req, "--batch-size", "65536", "-o", out, "-q"), capsys)
+    r = run_cli(sample(model, "-i", req, "--batch-size", "65536", "-o", out, "-q"))
     assert r.returncode == 0 and len(out.read_text().splitlines()) == 3
 
 
 def test_eval_speed_refuses_a_batch_too_big(model, ram, capsys):
     ram(8)
-    r = run_in_process(["eval", "-m", model, "--speed", "--batch-size", "65536", *CPU], capsys)
+    r = run_cli(["eval", "-m", model, "--speed", "--batch-size", "65536", *CPU])
     one_line_error(r, 2, "--batch-size 65536", "available")
 
 
@@ -106,8 +106,7 @@ def test_eval_speed_refuses_a_batch_too_big(model, ram, capsys):
 def test_train_vae_refuses_what_cannot_fit(work, tmp_path, ram, capsys, args, option):
     ram(16)
     out = tmp_path / "vae.safetensors"
-    r = run_in_process(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, *CPU, *args],
-                       capsys)
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, *CPU, *args])
     one_line_error(r, 2, option, "needs about", "available")
     assert not out.exists() and not (tmp_path / "vae.ckpt.safetensors").exists()
 
@@ -119,8 +118,7 @@ def test_train_vae_refuses_what_cannot_fit(work, tmp_path, ram, capsys, args, op
 def test_train_refuses_what_cannot_fit(work, tmp_path, ram, capsys, args, option):
     ram(16)
     out = tmp_path / "m.safetensors"
-    r = run_in_process(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out, *CPU, *args],
-                       capsys)
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out, *CPU, *args])
     err = one_line_error(r, 2, option, "needs about", "this machine has 16 GiB available")
     assert ("parameters in training" in err) == (option == "--d-model 4096")
     assert not out.exists() and not (tmp_path / "m.ckpt.safetensors").exists()
@@ -156,7 +154,7 @@ def test_an_out_of_memory_error_that_still_happens_is_one_line(model, tmp_path, 
 
     monkeypatch.setattr("tdiff.sampling.sample.sample_latents", boom)
     out = tmp_path / "out.jsonl"
-    r = run_in_process(sample(model, "-n", "4", "-o", out), capsys)
+    r = run_cli(sample(model, "-n", "4", "-o", out))
     one_line_error(r, 1, "out of memory", "--batch-size")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]       # no output, no temp file
 
@@ -167,7 +165,7 @@ def test_out_of_memory_in_training_is_one_line(work, tmp_path, monkeypatch, caps
 
     monkeypatch.setattr("tdiff.training.train_vae.train_vae", boom)
     out = tmp_path / "vae.safetensors"
-    r = run_in_process(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, *CPU], capsys)
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, *CPU])
     one_line_error(r, 1, "out of memory", "--batch-size")
     assert not out.exists()
 
@@ -194,9 +192,9 @@ def ar_model(work, tmp_path_factory):
 def test_ar_sampling_checks_memory_and_the_prompt(ar_model, tmp_path, ram, capsys):
     ram(0.5)
     out = tmp_path / "out.jsonl"
-    r = run_in_process(["sample", "-m", ar_model, "-n", "65536", "--batch-size", "65536", "-o", out, *CPU], capsys)
+    r = run_cli(["sample", "-m", ar_model, "-n", "65536", "--batch-size", "65536", "-o", out, *CPU])
     one_line_error(r, 2, "--batch-size 65536", "keys and values", "0.5 GiB available")
-    r = run_in_process(["sample", "-m", ar_model, "--prompt", "春[MASK:2]", "-o", out, *CPU], capsys)
+    r = run_cli(["sample", "-m", ar_model, "--prompt", "春[MASK:2]", "-o", out, *CPU])
     one_line_error(r, 2, "--prompt", "'[MASK:2]'", "\\[MASK:2]")
     assert not out.exists()
 
@@ -219,7 +217,7 @@ def test_a_request_larger_than_the_window_is_a_usage_error(model, tmp_path, caps
     args = [a.replace("{window}", window) for a in args]
     words = [w.replace("{window}", window) for w in words]
     out = tmp_path / "out.jsonl"
-    r = run_in_process(sample(model, *args, "-o", out), capsys)
+    r = run_cli(sample(model, *args, "-o", out))
     err = one_line_error(r, 2, *words)
     assert len(err) < 400 and not out.exists()
 
@@ -233,14 +231,14 @@ def test_a_record_larger_than_the_window_is_bad_data(model, tmp_path, capsys, re
     req = jsonl(tmp_path / "req.jsonl", {"prompt": "春"}, record)
     before = req.read_bytes()
     out = tmp_path / "out.jsonl"
-    r = run_in_process(sample(model, "-i", req, "-o", out), capsys)
+    r = run_cli(sample(model, "-i", req, "-o", out))
     one_line_error(r, 65, "req.jsonl:2", *words)
     assert req.read_bytes() == before and not out.exists()
 
 
 def test_length_for_every_record_is_checked_as_the_option(model, tmp_path, capsys):
     req = jsonl(tmp_path / "req.jsonl", {"prompt": "春"})
-    r = run_in_process(sample(model, "-i", req, "--length", "1000000"), capsys)
+    r = run_cli(sample(model, "-i", req, "--length", "1000000"))
     one_line_error(r, 2, "--length 1000000", "window")
 
 
@@ -250,7 +248,7 @@ def test_length_for_every_record_is_checked_as_the_option(model, tmp_path, capsy
 def test_a_bad_label_in_a_record_names_its_line(model, tmp_path, capsys):
     req = jsonl(tmp_path / "req.jsonl", {"prompt": "春"}, {"prompt": "风", "label": "pos"})
     out = tmp_path / "out.jsonl"
-    r = run_in_process(sample(model, "-i", req, "-o", out), capsys)
+    r = run_cli(sample(model, "-i", req, "-o", out))
     err = one_line_error(r, 65, "req.jsonl:2", "'label' 'pos'", "no labels")
     assert "--label '" not in err and not out.exists()
 
@@ -259,14 +257,14 @@ def test_an_unknown_label_in_a_record_lists_the_known_ones(work, tmp_path, capsy
     rows = [json.loads(line) for line in (work / "ids.jsonl").read_text(encoding="utf-8").splitlines()][:64]
     lab = jsonl(tmp_path / "lab.jsonl", *({**r, "label": "ab"[i % 2]} for i, r in enumerate(rows)))
     model = tmp_path / "lab.safetensors"
-    r = run_in_process(["train", "-i", lab, "--vae", work / "vae.safetensors", "-o", model, "--max-steps", "1",
-                        "--batch-size", "8", "--label-field", "label", "--preset", "tiny", *CPU, "-q"], capsys)
+    r = run_cli(["train", "-i", lab, "--vae", work / "vae.safetensors", "-o", model, "--max-steps", "1",
+                        "--batch-size", "8", "--label-field", "label", "--preset", "tiny", *CPU, "-q"])
     assert r.returncode == 0, r.stderr.decode()
     req = jsonl(tmp_path / "req.jsonl", {"prompt": "春", "label": "a"}, {"prompt": "风", "label": "c"})
-    r = run_in_process(sample(model, "-i", req), capsys)
+    r = run_cli(sample(model, "-i", req))
     err = one_line_error(r, 65, "req.jsonl:2", "'label' 'c'", "unknown", "a, b")
     assert "--label '" not in err and r.stdout == b""
-    r = run_in_process(sample(model, "-i", req, "--label", "z"), capsys)        # the option stays a usage error
+    r = run_cli(sample(model, "-i", req, "--label", "z"))        # the option stays a usage error
     one_line_error(r, 2, "--label 'z'", "a, b")
 
 
@@ -296,7 +294,7 @@ MALFORMED = [
 @pytest.mark.parametrize("args,words", MALFORMED, ids=[a[1] for a, _ in MALFORMED])
 def test_malformed_control_syntax_is_a_usage_error(model, tmp_path, capsys, args, words):
     out = tmp_path / "out.jsonl"
-    r = run_in_process(sample(model, *args, "-o", out), capsys)
+    r = run_cli(sample(model, *args, "-o", out))
     one_line_error(r, 2, *words)
     assert not out.exists()
 
@@ -309,22 +307,22 @@ def test_malformed_control_syntax_is_a_usage_error(model, tmp_path, capsys, args
 def test_malformed_control_syntax_in_a_record_is_bad_data(model, tmp_path, capsys, prompt, words):
     req = jsonl(tmp_path / "req.jsonl", {"prompt": "春"}, {"prompt": prompt})
     out = tmp_path / "out.jsonl"
-    r = run_in_process(sample(model, "-i", req, "-o", out), capsys)
+    r = run_cli(sample(model, "-i", req, "-o", out))
     one_line_error(r, 65, "req.jsonl:2", *words)
     assert not out.exists()
 
 
 def test_a_backslash_makes_a_bracket_literal(model, tmp_path, capsys):
     out = tmp_path / "out.jsonl"
-    r = run_in_process(sample(model, "--prompt", "\\[MASK:2]春", "-o", out, "-q"), capsys)
+    r = run_cli(sample(model, "--prompt", "\\[MASK:2]春", "-o", out, "-q"))
     assert r.returncode == 0, r.stderr.decode()
     assert json.loads(out.read_text(encoding="utf-8"))["prompt"] == "[MASK:2]春"
     req = jsonl(tmp_path / "req.jsonl", '{"prompt": "\\\\[\\\\[春\\\\]\\\\]", "id": 7}')
-    r = run_in_process(sample(model, "-i", req, "-o", out, "-q"), capsys)
+    r = run_cli(sample(model, "-i", req, "-o", out, "-q"))
     assert r.returncode == 0, r.stderr.decode()
     rec = json.loads(out.read_text(encoding="utf-8"))
     assert rec["prompt"] == "[[春]]" and rec["id"] == 7
-    r = run_in_process(sample(model, "--edit", "\\[\\[床\\]\\][[前]]光", "-o", out, "-q"), capsys)
+    r = run_cli(sample(model, "--edit", "\\[\\[床\\]\\][[前]]光", "-o", out, "-q"))
     assert r.returncode == 0, r.stderr.decode()
     rec = json.loads(out.read_text(encoding="utf-8"))
     assert rec["source"] == "[[床]]前光" and rec["mask"] == [[5, 6]]
@@ -352,11 +350,11 @@ def test_control_tokens_parse_into_templates():
 
 def test_sample_refuses_to_overwrite_its_model_or_input(model, tmp_path, capsys):
     before = model.read_bytes()
-    r = run_in_process(sample(model, "-o", model), capsys)
+    r = run_cli(sample(model, "-o", model))
     one_line_error(r, 2, "-o/--output", "-m/--model", "same file")
     assert model.read_bytes() == before
     req = jsonl(tmp_path / "req.jsonl", {"prompt": "春"})
-    r = run_in_process(sample(model, "-i", req, "-o", tmp_path / "." / "req.jsonl"), capsys)
+    r = run_cli(sample(model, "-i", req, "-o", tmp_path / "." / "req.jsonl"))
     one_line_error(r, 2, "-o/--output", "-i/--input", "same file")
     assert json.loads(req.read_text(encoding="utf-8")) == {"prompt": "春"}
 
@@ -364,11 +362,11 @@ def test_sample_refuses_to_overwrite_its_model_or_input(model, tmp_path, capsys)
 def test_eval_refuses_to_overwrite_its_inputs(model, tmp_path, capsys):
     smp = jsonl(tmp_path / "s.jsonl", {"text": "春风"})
     before = smp.read_bytes()
-    r = run_in_process(["eval", "--samples", smp, "-o", smp], capsys)
+    r = run_cli(["eval", "--samples", smp, "-o", smp])
     one_line_error(r, 2, "-o/--output", "--samples", "same file")
     assert smp.read_bytes() == before
     model_before = model.read_bytes()
-    r = run_in_process(["eval", "-m", model, "--speed", "-o", model, *CPU], capsys)
+    r = run_cli(["eval", "-m", model, "--speed", "-o", model, *CPU])
     one_line_error(r, 2, "-o/--output", "-m/--model")
     assert model.read_bytes() == model_before
 
@@ -380,11 +378,11 @@ def test_an_empty_input_is_zero_records(model, tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     out = tmp_path / "out.jsonl"
-    r = run_in_process(sample(model, "-i", empty, "-o", out), capsys)
+    r = run_cli(sample(model, "-i", empty, "-o", out))
     err = r.stderr.decode()
     assert r.returncode == 0, err
     assert "0 records in" in err and "empty.jsonl" in err and "nothing to do" in err and "1 samples" not in err
     assert out.read_text() == "" and empty.read_text() == ""               # an empty input gives an empty output
     req = jsonl(tmp_path / "req.jsonl", {"prompt": "春"}, {"prompt": "风"})
-    r = run_in_process(sample(model, "-i", req, "-n", "3", "-o", out), capsys)
+    r = run_cli(sample(model, "-i", req, "-n", "3", "-o", out))
     assert r.returncode == 0 and "sample: 6 samples" in r.stderr.decode()

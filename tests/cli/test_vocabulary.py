@@ -11,7 +11,7 @@ import yaml
 
 from tdiff.cli.commands.registry import COMMANDS
 from tdiff.cli.main import app
-from test_hostile import one_line_error, run_in_process
+from conftest import one_line_error, run_cli
 
 NOTE = "the old spelling goes in the next release"
 
@@ -55,7 +55,7 @@ def _value(text: str):
 @pytest.mark.parametrize("cmd,old,new,value,key,old_key", RENAMED, ids=IDS)
 def test_old_spelling_works_with_one_warning(cmd, old, new, value, key, old_key, capsys):
     for spelling in old.split("/"):
-        r = run_in_process([cmd, *NEED[cmd], spelling, value, "--dump-config"], capsys)
+        r = run_cli([cmd, *NEED[cmd], spelling, value, "--dump-config"])
         d = _dump(r)
         assert d[key] == _value(value) and old_key not in d           # --dump-config names the new option
         assert _warnings(r) == [f"tdiff: warning: {old} is now {new}; {NOTE}"]
@@ -63,8 +63,7 @@ def test_old_spelling_works_with_one_warning(cmd, old, new, value, key, old_key,
 
 @pytest.mark.parametrize("cmd,old,new,value,key,old_key", RENAMED, ids=IDS)
 def test_both_spellings_are_a_usage_error(cmd, old, new, value, key, old_key, capsys):
-    r = run_in_process([cmd, *NEED[cmd], old.split("/")[-1], value, new.split("/")[-1], value, "--dump-config"],
-                       capsys)
+    r = run_cli([cmd, *NEED[cmd], old.split("/")[-1], value, new.split("/")[-1], value, "--dump-config"])
     one_line_error(r, 2, old, new, "give it once")
     assert r.stdout == b""
 
@@ -73,23 +72,23 @@ def test_both_spellings_are_a_usage_error(cmd, old, new, value, key, old_key, ca
 def test_old_config_key_works_and_both_keys_are_refused(cmd, old, new, value, key, old_key, tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"{old_key}: {value}\n")
-    r = run_in_process([cmd, *NEED[cmd], "--config", cfg, "--dump-config"], capsys)
+    r = run_cli([cmd, *NEED[cmd], "--config", cfg, "--dump-config"])
     d = _dump(r)
     assert d[key] == _value(value) and old_key not in d
     assert _warnings(r) == [f"tdiff: warning: --config key '{old_key}' is now '{key}'; {NOTE}"]
     again = tmp_path / "again.yaml"                    # what --dump-config printed reads back, silently
     again.write_text(r.stdout.decode())
-    r = run_in_process([cmd, *NEED[cmd], "--config", again, "--dump-config"], capsys)
+    r = run_cli([cmd, *NEED[cmd], "--config", again, "--dump-config"])
     assert _dump(r) == d and _warnings(r) == []
     cfg.write_text(f"{old_key}: {value}\n{key}: {value}\n")
-    r = run_in_process([cmd, *NEED[cmd], "--config", cfg, "--dump-config"], capsys)
+    r = run_cli([cmd, *NEED[cmd], "--config", cfg, "--dump-config"])
     one_line_error(r, 2, "--config", key, old_key)
 
 
 def test_command_line_beats_an_old_config_key(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("n_embd: 48\n")
-    r = run_in_process(["train-ar", *NEED["train-ar"], "--config", cfg, "--d-model", "64", "--dump-config"], capsys)
+    r = run_cli(["train-ar", *NEED["train-ar"], "--config", cfg, "--d-model", "64", "--dump-config"])
     assert _dump(r)["d_model"] == 64
 
 
@@ -97,8 +96,8 @@ def test_old_tokenize_spelling_gives_the_same_ids(work, tmp_path, capsys):
     """The alias reaches the command, not only --dump-config: -m and -t encode alike."""
     text = tmp_path / "text.jsonl"
     text.write_text('{"text": "床前明月光"}\n{"text": "疑是地上霜"}\n', encoding="utf-8")
-    new = run_in_process(["tokenize", "-t", work / "tok.model", "-i", text, "-q"], capsys)
-    old = run_in_process(["tokenize", "-m", work / "tok.model", "-i", text, "-q"], capsys)
+    new = run_cli(["tokenize", "-t", work / "tok.model", "-i", text, "-q"])
+    old = run_cli(["tokenize", "-m", work / "tok.model", "-i", text, "-q"])
     assert new.returncode == old.returncode == 0 and new.stdout == old.stdout and new.stdout.count(b"\n") == 2
     assert _warnings(old) == [f"tdiff: warning: -m/--model is now -t/--tokenizer; {NOTE}"]
 
@@ -109,7 +108,7 @@ OLD_FLAGS = ("--n-embd", "--n-layer", "--n-head", "--ema", "--warmup")
 
 
 def _help(name: str, capsys) -> str:
-    r = run_in_process([name, "--help"], capsys)
+    r = run_cli([name, "--help"])
     assert r.returncode == 0
     return r.stdout.decode()
 
@@ -184,9 +183,9 @@ BOUNDS = [
 @pytest.mark.parametrize("cmd,opt,bad,good,shown", BOUNDS, ids=[f"{c} {o} {b}" for c, o, b, *_ in BOUNDS])
 def test_help_range_is_the_accepted_range(cmd, opt, bad, good, shown, capsys):
     assert shown in re.sub(r"\s+", "", _help(cmd, capsys).split(opt, 1)[1].split("\n  -", 1)[0])
-    r = run_in_process([cmd, *NEED[cmd], opt, bad, "--dump-config"], capsys)
+    r = run_cli([cmd, *NEED[cmd], opt, bad, "--dump-config"])
     one_line_error(r, 2, opt)
-    r = run_in_process([cmd, *NEED[cmd], opt, good, "--dump-config"], capsys)
+    r = run_cli([cmd, *NEED[cmd], opt, good, "--dump-config"])
     assert r.returncode == 0, r.stderr.decode()
 
 

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from conftest import ROOT, TINY
-from test_hostile import one_line_error, read_fifo, run_in_process
+from conftest import one_line_error, read_fifo, run_cli
 
 FAST = ["--max-steps", "2", "--batch-size", "8", *TINY]
 
@@ -37,7 +37,7 @@ def test_a_device_output_stays_a_device_and_the_weights_are_kept(work, tmp_path,
     message names the checkpoint and the command that finishes the job, and that command works."""
     before = os.stat("/dev/full")
     ck = tmp_path / "v.ckpt.safetensors"
-    r = run_in_process(_vae_args(work, "/dev/full", "--checkpoint", ck), capsys)
+    r = run_cli(_vae_args(work, "/dev/full", "--checkpoint", ck))
     err = one_line_error(r, 74, "No space left on device", f"the trained weights are safe in the checkpoint {ck}",
                          "finish the job with: tdiff train-vae", "--resume")
     after = os.stat("/dev/full")
@@ -45,7 +45,7 @@ def test_a_device_output_stays_a_device_and_the_weights_are_kept(work, tmp_path,
     # the finishing command, with another -o: no step is trained again, the VAE is written
     cmd = err.split("finish the job with: ", 1)[1].strip().split()[1:]
     cmd[cmd.index("-o") + 1] = str(tmp_path / "v.safetensors")
-    r = run_in_process(cmd, capsys)
+    r = run_cli(cmd)
     assert r.returncode == 0, r.stderr.decode()
     from tdiff.files.artifacts import load_artifact
 
@@ -71,8 +71,8 @@ def test_a_fifo_output_is_written_through(work, tmp_path):
 def test_a_device_checkpoint_is_written_through(work, tmp_path, capsys):
     """--checkpoint /dev/null: training runs, /dev/null stays the device, nothing is linked beside it."""
     before = os.stat("/dev/null")
-    r = run_in_process(_vae_args(work, tmp_path / "v.safetensors", "--checkpoint", "/dev/null",
-                                 "--ckpt-every", "1"), capsys)
+    r = run_cli(_vae_args(work, tmp_path / "v.safetensors", "--checkpoint", "/dev/null",
+                                 "--ckpt-every", "1"))
     assert r.returncode == 0, r.stderr.decode()
     after = os.stat("/dev/null")
     assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
@@ -91,11 +91,11 @@ def test_train_ar_failing_after_training_keeps_the_weights(work, tmp_path, capsy
     args = ["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, *FAST]
     with monkeypatch.context() as m:
         m.setattr(train_ar, "save_ar", broken)
-        r = run_in_process(args, capsys)
+        r = run_cli(args)
     err = one_line_error(r, 1, "tiktoken", f"the trained weights are safe in the checkpoint {ck} (step 2)",
                          f"--checkpoint {ck} --resume")
     assert not out.exists() and ck.is_file()
-    r = run_in_process(err.split("finish the job with: ", 1)[1].strip().split()[1:], capsys)
+    r = run_cli(err.split("finish the job with: ", 1)[1].strip().split()[1:])
     assert r.returncode == 0, r.stderr.decode()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -111,8 +111,8 @@ def test_train_ar_checks_the_tokenizer_conversion_before_training(work, tmp_path
         raise ValueError("`tiktoken` is required to read a `tiktoken` file")
 
     monkeypatch.setattr(ar_dir, "write_transformers_tokenizer", broken)
-    r = run_in_process(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "ar",
-                        *FAST], capsys)
+    r = run_cli(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "ar",
+                        *FAST])
     one_line_error(r, 1, "cannot convert the tokenizer for AutoTokenizer", "tiktoken")
     assert not (tmp_path / "ar.ckpt.safetensors").exists() and not (tmp_path / "ar").exists()
 
@@ -138,7 +138,7 @@ SAME = [
 def test_the_same_file_as_input_and_output_is_refused(work, tmp_path, capsys, args, other, kept):
     args = [a.format(w=work, t=tmp_path) for a in args]
     before = (work / kept).read_bytes() if kept else None
-    r = run_in_process(args, capsys)
+    r = run_cli(args)
     one_line_error(r, 2, "is the same file as", other)
     if kept:
         assert (work / kept).read_bytes() == before
@@ -148,7 +148,7 @@ def test_the_same_file_as_input_and_output_is_refused(work, tmp_path, capsys, ar
 def test_a_hard_link_is_the_same_file(work, tmp_path, capsys):
     link = tmp_path / "ids-link.jsonl"
     os.link(work / "ids.jsonl", link)
-    r = run_in_process(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", link], capsys)
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", link])
     one_line_error(r, 2, "-o/--output", "-i/--input")
 
 
@@ -161,7 +161,7 @@ def test_a_rewritten_file_keeps_its_mode(tmp_path, capsys, monkeypatch):
     os.chmod(out, 0o600)
     inp = tmp_path / "raw.txt"
     inp.write_text("床前明月光\n", encoding="utf-8")
-    r = run_in_process(["clean", "-i", inp, "-o", out, "--quiet"], capsys)
+    r = run_cli(["clean", "-i", inp, "-o", out, "--quiet"])
     assert r.returncode == 0, r.stderr.decode()
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o600 and "床前明月光" in out.read_text(encoding="utf-8")
 
@@ -176,7 +176,7 @@ def test_a_symlink_that_leads_nowhere_is_refused(tmp_path, capsys, kind):
         link.symlink_to(tmp_path / "b")
     inp = tmp_path / "raw.txt"
     inp.write_text("abc\n")
-    r = run_in_process(["clean", "-i", inp, "-o", link, "--quiet"], capsys)
+    r = run_cli(["clean", "-i", inp, "-o", link, "--quiet"])
     one_line_error(r, 73, "-o/--output", "leads nowhere")
     assert link.is_symlink() and not (tmp_path / "missing").exists()
 
@@ -186,14 +186,14 @@ def test_an_unwritable_log_is_refused_before_any_work(work, tmp_path, capsys, lo
     """--log in /proc or a directory: exit 73 before loading anything; -o's missing parent folders
     are not created by the refused command."""
     out = tmp_path / "new" / "deeper" / "m.safetensors"
-    r = run_in_process(_train_args(work, out, "--log", log.format(t=tmp_path)), capsys)
+    r = run_cli(_train_args(work, out, "--log", log.format(t=tmp_path)))
     one_line_error(r, 73, "--log")
     assert not (tmp_path / "new").exists()
 
 
 def test_an_output_under_a_file_is_refused_creating_nothing(work, tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
-    r = run_in_process(_train_args(work, tmp_path / "afile" / "sub" / "m.safetensors"), capsys)
+    r = run_cli(_train_args(work, tmp_path / "afile" / "sub" / "m.safetensors"))
     one_line_error(r, 73, "-o/--output", "not a directory")
     assert (tmp_path / "afile").read_text() == "x"
 
@@ -207,7 +207,7 @@ def test_deeply_nested_json_with_an_escape_is_one_line(work, tmp_path, capsys):
     deep = '{"text": "abc", "x": ' + "[" * 600 + '"\\ud800"' + "]" * 600 + "}"
     f = tmp_path / "deep.jsonl"
     f.write_text('{"text": "ok"}\n' + deep + "\n")
-    r = run_in_process(["tokenize", "--tokenizer", work / "tok.model", "-i", f, "-o", tmp_path / "ids.jsonl"], capsys)
+    r = run_cli(["tokenize", "--tokenizer", work / "tok.model", "-i", f, "-o", tmp_path / "ids.jsonl"])
     one_line_error(r, 65, "deep.jsonl:2", "lone surrogate")
     assert not (tmp_path / "ids.jsonl").exists()
     from tdiff.core.errors import DataError
@@ -230,7 +230,7 @@ def test_a_closed_stdout_is_one_line(tmp_path):
 def test_a_yaml_boolean_is_not_a_number(work, tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("max_steps: true\n")
-    r = run_in_process(_train_args(work, tmp_path / "m.safetensors")[:7] + ["--config", cfg], capsys)
+    r = run_cli(_train_args(work, tmp_path / "m.safetensors")[:7] + ["--config", cfg])
     one_line_error(r, 2, "--max-steps", "true is a boolean, not a number")
 
 
@@ -240,5 +240,5 @@ def test_a_yaml_boolean_is_not_a_number(work, tmp_path, capsys):
                                          (["train", "-i", "{w}/ids.jsonl", "--vae", "{w}/vae.safetensors",
                                            "-o", "/dev/null", "--lr", "-inf"], "--lr")])
 def test_nan_is_not_a_finite_number(work, capsys, args, option):
-    r = run_in_process([a.format(w=work) for a in args], capsys)
+    r = run_cli([a.format(w=work) for a in args])
     one_line_error(r, 2, option, "is not a finite number")

@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-from test_hostile import one_line_error, run_in_process
+from conftest import one_line_error, run_cli
 from tdiff.files.artifacts import load_artifact, save_artifact
 
 STUDENT = {"method": "progressive", "steps": 2, "solver": "ddim", "time_grid": "uniform", "from_steps": 4,
@@ -163,35 +163,35 @@ def _one_line(r, *words):
 @pytest.mark.parametrize("config,tensors,kind,words", [c[1:] for c in MODEL_CASES], ids=[c[0] for c in MODEL_CASES])
 def test_crafted_model_is_a_data_error(work, tmp_path, capsys, config, tensors, kind, words):
     m = craft(work / "model.safetensors", tmp_path / "m.safetensors", kind, config, tensors)
-    _one_line(run_in_process(["sample", "-m", m, "-n", "1", "--steps", "1", "--quiet"], capsys), *words)
+    _one_line(run_cli(["sample", "-m", m, "-n", "1", "--steps", "1", "--quiet"]), *words)
 
 
 @pytest.mark.parametrize("config,tensors,words", [c[1:] for c in VAE_CASES], ids=[c[0] for c in VAE_CASES])
 def test_crafted_vae_is_a_data_error(work, tmp_path, capsys, config, tensors, words):
     vae = craft(work / "vae.safetensors", tmp_path / "m.safetensors", None, config, tensors)
-    r = run_in_process(["train", "-i", work / "ids.jsonl", "--vae", vae, "-o", tmp_path / "out.safetensors",
-                        "--max-steps", "1", "--device", "cpu", "--quiet"], capsys)
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", vae, "-o", tmp_path / "out.safetensors",
+                        "--max-steps", "1", "--device", "cpu", "--quiet"])
     _one_line(r, *words)
     assert not (tmp_path / "out.safetensors").exists()
 
 
 def test_damaged_tokenizer_names_the_file(work, tmp_path, capsys):
     m = craft(work / "model.safetensors", tmp_path / "m.safetensors", tokenizer=b"not a sentencepiece model")
-    _one_line(run_in_process(["sample", "-m", m, "-n", "1", "--steps", "1", "--quiet"], capsys), "tokenizer")
+    _one_line(run_cli(["sample", "-m", m, "-n", "1", "--steps", "1", "--quiet"]), "tokenizer")
 
 
 @pytest.mark.parametrize("value", ["0.1", None, 2])
 def test_crafted_label_dropout_a_teacher_passes_on_is_a_data_error(work, tmp_path, capsys, value):
     """`distill` reads its teacher's training label dropout back from the train metadata."""
     m = craft(work / "model.safetensors", tmp_path / "m.safetensors", train=fields(("config.label_dropout", value)))
-    _one_line(run_in_process(["sample", "-m", m, "-n", "1", "--steps", "1", "--quiet"], capsys),
+    _one_line(run_cli(["sample", "-m", m, "-n", "1", "--steps", "1", "--quiet"]),
               "'config.label_dropout'")
 
 
 def test_well_formed_crafted_student_samples_with_its_steps(work, tmp_path, capsys):
     """The control: the crafting itself keeps a file loadable, so the cases above fail for their edit."""
     m = craft(work / "model.safetensors", tmp_path / "m.safetensors", "student", as_student)
-    r = run_in_process(["sample", "-m", m, "-n", "1", "--seed", "3"], capsys)
+    r = run_cli(["sample", "-m", m, "-n", "1", "--seed", "3"])
     assert r.returncode == 0, r.stderr.decode()
     assert '"steps": 2' in r.stdout.decode() and '"solver": "ddim"' in r.stdout.decode()
 
@@ -212,5 +212,5 @@ READER_CASES = ([(cmd, "vae.latent_dim", 16.5) for cmd in READERS]
 def test_every_reader_refuses_a_crafted_model(work, tmp_path, capsys, cmd, field, value):
     m = craft(work / "model.safetensors", tmp_path / "m.safetensors", config=fields((field, value)))
     out = tmp_path / "out"
-    _one_line(run_in_process([*READERS[cmd](m, work, out), "--quiet"], capsys), f"'{field}'")
+    _one_line(run_cli([*READERS[cmd](m, work, out), "--quiet"]), f"'{field}'")
     assert not out.exists()

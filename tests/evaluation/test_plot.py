@@ -119,7 +119,7 @@ def test_eval_every_logs_heldout_figures_without_changing_training(work, tmp_pat
 
 # ---------------------------------------------------------------- hostile input, in process
 
-from test_hostile import one_line_error, run_in_process  # noqa: E402
+from conftest import one_line_error, run_cli# noqa: E402
 
 FRONTIER = {"real": {"judge_ppl": 200.0, "char_entropy": 6.3},
             "runs": [{"system": "tdiff_s0", "points": [{"knob": 0, "judge_ppl": 900.0, "char_entropy": 5.8}]}]}
@@ -163,7 +163,7 @@ def test_frontier_fields_are_checked(tmp_path, capsys, path, value, field):
     bad.write_text(json.dumps(_with(path, value)))
     out = tmp_path / "f.png"
     for files in ([bad], [good, bad]):
-        r = run_in_process(["plot", *files, "-o", out], capsys)
+        r = run_cli(["plot", *files, "-o", out])
         one_line_error(r, 65, f"{bad}: field {field}")
     assert not out.exists()
 
@@ -187,7 +187,7 @@ def test_metrics_log_fields_are_checked(tmp_path, capsys, line, field):
     log = tmp_path / "run.jsonl"
     log.write_text('{"step": 1, "loss": 2.0, "lr": 0.001, "phase": "warm-up"}\n' + line + "\n")
     out = tmp_path / "c.png"
-    r = run_in_process(["plot", log, "-o", out], capsys)
+    r = run_cli(["plot", log, "-o", out])
     one_line_error(r, 65, f"{log}:2: ", field)
     assert not out.exists()
 
@@ -199,14 +199,13 @@ def test_dump_config_round_trips_with_the_inputs(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _log(tmp_path / "a.jsonl", [3.0, 2.0, 1.5])
     _log(tmp_path / "b.jsonl", [3.1, 2.2])
-    r = run_in_process(["plot", "a.jsonl", "b.jsonl", "-o", "c.svg", "--x", "time", "--title", "two", "--dump-config"],
-                       capsys)
+    r = run_cli(["plot", "a.jsonl", "b.jsonl", "-o", "c.svg", "--x", "time", "--title", "two", "--dump-config"])
     assert r.returncode == 0 and b"Traceback" not in r.stderr
     cfg = yaml.safe_load(r.stdout)
     assert cfg["files"] == ["a.jsonl", "b.jsonl"] and cfg["output"] == "c.svg" and cfg["x"] == "time"
     assert not (tmp_path / "c.svg").exists()                                  # --dump-config draws nothing
     (tmp_path / "cfg.yaml").write_text(r.stdout.decode())
-    r = run_in_process(["plot", "--config", "cfg.yaml"], capsys)
+    r = run_cli(["plot", "--config", "cfg.yaml"])
     assert r.returncode == 0, r.stderr
     assert b"2 runs" in r.stderr and (tmp_path / "c.svg").read_text().lstrip().startswith("<?xml")
 
@@ -218,16 +217,16 @@ def test_config_gives_the_inputs(tmp_path, capsys, monkeypatch):
     _log(tmp_path / "a.jsonl", [3.0, 2.0])
     (tmp_path / "bad.jsonl").write_text("not json\n")
     (tmp_path / "one.yaml").write_text("files: a.jsonl\noutput: one.png\n")
-    r = run_in_process(["plot", "--config", "one.yaml", "-q"], capsys)
+    r = run_cli(["plot", "--config", "one.yaml", "-q"])
     assert r.returncode == 0, r.stderr
     _png(tmp_path / "one.png")
     (tmp_path / "list.yaml").write_text("files: [bad.jsonl]\noutput: two.png\n")
-    r = run_in_process(["plot", "--config", "list.yaml"], capsys)
+    r = run_cli(["plot", "--config", "list.yaml"])
     one_line_error(r, 65, "bad.jsonl:1")
-    r = run_in_process(["plot", "a.jsonl", "--config", "list.yaml", "-q"], capsys)   # the command line wins
+    r = run_cli(["plot", "a.jsonl", "--config", "list.yaml", "-q"])   # the command line wins
     assert r.returncode == 0, r.stderr
     _png(tmp_path / "two.png")
     (tmp_path / "odd.yaml").write_text("files: [1, null]\noutput: three.png\n")
-    r = run_in_process(["plot", "--config", "odd.yaml"], capsys)
+    r = run_cli(["plot", "--config", "odd.yaml"])
     one_line_error(r, 2, "odd.yaml", "'files' must be a list of paths")
     assert not (tmp_path / "three.png").exists()

@@ -280,7 +280,7 @@ def test_compile_with_cuda_graphs(work):
 
 # ---------------------------------------------------------------- what -o may replace, in process
 
-from test_hostile import one_line_error, run_in_process  # noqa: E402
+from conftest import one_line_error, run_cli# noqa: E402
 
 
 def _tree(d) -> dict:
@@ -325,7 +325,7 @@ def test_a_directory_export_did_not_mark_is_refused_untouched(work, tmp_path, ca
     no_manifest = case in ("config-holds-1", "marker-in-notes")
     why = "no tdiff-manifest.json" if no_manifest else "is not one `tdiff export` wrote"
     before = _tree(d)
-    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", d], capsys)
+    r = run_cli(["export", "-m", work / "model.safetensors", "-o", d])
     one_line_error(r, 73, f"-o {d}", why, "refusing to replace it")
     assert _tree(d) == before and (d / "notes.txt").read_text() == notes["notes.txt"]
     assert _temps(tmp_path) == []
@@ -335,7 +335,7 @@ def test_an_earlier_export_is_replaced_only_while_unchanged(work, tmp_path, caps
     """An export is replaced by the next; a user's file added to it, a file of it edited or removed:
     refused (73), the directory as it was."""
     out = tmp_path / "slim"
-    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", out, "-q"], capsys)
+    r = run_cli(["export", "-m", work / "model.safetensors", "-o", out, "-q"])
     assert r.returncode == 0, r.stderr
     manifest = json.loads((out / "tdiff-manifest.json").read_text())
     assert set(manifest["files"]) == {"config.json", "model.safetensors"}
@@ -349,12 +349,12 @@ def test_an_earlier_export_is_replaced_only_while_unchanged(work, tmp_path, caps
         else:
             (out / name).write_bytes(data)
         before = _tree(out)
-        r = run_in_process(["export", "-m", work / "model.safetensors", "-o", out, "--dtype", "bf16"], capsys)
+        r = run_cli(["export", "-m", work / "model.safetensors", "-o", out, "--dtype", "bf16"])
         one_line_error(r, 73, f"-o {out}", why)
         assert _tree(out) == before
         (out / "notes.txt").unlink(missing_ok=True)
         (out / "config.json").write_bytes(config)
-    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", out, "--dtype", "bf16", "-q"], capsys)
+    r = run_cli(["export", "-m", work / "model.safetensors", "-o", out, "--dtype", "bf16", "-q"])
     assert r.returncode == 0, r.stderr
     assert json.loads((out / "config.json").read_text())["dtype"] == "bf16" and _temps(tmp_path) == []
 
@@ -365,19 +365,19 @@ def test_a_symlink_to_a_directory_stays_a_symlink(work, tmp_path, capsys):
     real, link = tmp_path / "real", tmp_path / "link"
     real.mkdir()
     link.symlink_to(real)
-    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", link, "-q"], capsys)
+    r = run_cli(["export", "-m", work / "model.safetensors", "-o", link, "-q"])
     assert r.returncode == 0, r.stderr
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert {p.name for p in real.iterdir()} == {"config.json", "model.safetensors", "tdiff-manifest.json"}
     mine = _user_dir(tmp_path / "mine", {"notes.txt": "keep me\n"})
     link.unlink()
     link.symlink_to(mine)
-    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", link], capsys)
+    r = run_cli(["export", "-m", work / "model.safetensors", "-o", link])
     one_line_error(r, 73, f"-o {link}", "not written by `tdiff export`")
     assert link.is_symlink() and os.readlink(link) == str(mine) and _tree(mine) == {"notes.txt": b"keep me\n"}
     link.unlink()
     link.symlink_to(tmp_path / "nowhere")
-    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", link], capsys)
+    r = run_cli(["export", "-m", work / "model.safetensors", "-o", link])
     one_line_error(r, 73, f"{link}", "symlink")
     assert link.is_symlink() and not (tmp_path / "nowhere").exists()
     assert _temps(tmp_path) == []
@@ -393,7 +393,7 @@ def test_temp_folders_of_killed_runs_are_removed(work, tmp_path, capsys):
     (dead / "denoiser.pt2").write_bytes(b"half written")
     alive = tmp_path / ".out.1.zz9.tmp"                            # pid 1 runs
     alive.mkdir()
-    r = run_in_process(["export", "-m", work / "model.safetensors", "-o", out, "-q"], capsys)
+    r = run_cli(["export", "-m", work / "model.safetensors", "-o", out, "-q"])
     assert r.returncode == 0, r.stderr
     assert _temps(tmp_path) == [alive.name]
     assert (out / "tdiff-manifest.json").is_file() and (out / "model.safetensors").is_file()

@@ -13,26 +13,12 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, TINY, run_tdiff
-
-
-def one_line_error(r, code: int, *words: str) -> str:
-    """Assert exit CODE, no traceback, and that the error is one line naming WORDS; return stderr."""
-    err = r.stderr.decode("utf-8", "replace")
-    assert r.returncode == code, f"exit {r.returncode}, expected {code}: {err}"
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "error" in ln.lower() or "Error" in ln]
-    assert len(errors) <= 3 and len(lines) <= 8, err        # click's usage errors: usage line + hint + error
-    for w in words:
-        assert w in err, f"{w!r} not in: {err}"
-    return err
+from conftest import ROOT, TINY, one_line_error, read_fifo, run_cli, run_tdiff
 
 
 def digest(path: Path) -> bytes:
@@ -50,20 +36,6 @@ def test_output_through_a_symlink_keeps_the_link(work, tmp_path):
     r = run_tdiff(["clean", "-o", link, "--quiet"], input="床前明月光\n")
     assert r.returncode == 0, r.stderr.decode()
     assert link.is_symlink() and json.loads(target.read_text())["text"] == "床前明月光"
-
-
-def read_fifo(fifo: Path) -> tuple[threading.Thread, dict]:
-    """Make FIFO and start a thread reading it to the end: join the thread, then dict["data"]."""
-    os.mkfifo(fifo)
-    got = {}
-
-    def reader():
-        with open(fifo, "rb") as f:
-            got["data"] = f.read()
-
-    t = threading.Thread(target=reader)
-    t.start()
-    return t, got
 
 
 def test_output_to_a_fifo_writes_through(tmp_path):
@@ -128,7 +100,7 @@ def test_a_model_that_diverges_in_its_last_step_is_not_written(tmp_path):
     assert digest(ck) == good
 
 
-# ---------------------------------------------------------------- 4, 5: tests/test_signals.py
+# ---------------------------------------------------------------- 4, 5: tests/training/test_signals.py
 
 
 # ---------------------------------------------------------------- 6. unwritable outputs, full disk
@@ -218,23 +190,6 @@ OPTION_CASES = [
 ]
 
 
-def run_in_process(args, capsys):
-    """`tdiff ARGS` through tdiff.cli.main in this process (what the console script calls): for
-    cases refused before any model loads, at a hundredth of a subprocess's cost."""
-    from types import SimpleNamespace
-
-    from tdiff.cli.main import main
-
-    old = signal.getsignal(signal.SIGTERM)
-    try:
-        with pytest.raises(SystemExit) as e:
-            main([str(a) for a in args])
-    finally:
-        signal.signal(signal.SIGTERM, old)
-    out = capsys.readouterr()
-    return SimpleNamespace(returncode=e.value.code, stdout=out.out.encode(), stderr=out.err.encode())
-
-
 @pytest.mark.parametrize("args,option", OPTION_CASES, ids=[" ".join(a) for a, _ in OPTION_CASES])
 def test_bad_option_values_are_usage_errors(tmp_path, args, option, capsys):
     """Refused while parsing, before any input is opened: the input paths need not exist."""
@@ -244,7 +199,7 @@ def test_bad_option_values_are_usage_errors(tmp_path, args, option, capsys):
             "train": ["-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", "/dev/null"],
             "sample": ["-m", work / "model.safetensors"], "eval": ["-m", work / "model.safetensors"],
             "tokenize": ["--tokenizer", "/nonexistent/new.model"]}[cmd]
-    r = run_in_process([cmd, *need, *rest, "--device", "cpu"] if cmd != "tokenize" else [cmd, *need, *rest], capsys)
+    r = run_cli([cmd, *need, *rest, "--device", "cpu"] if cmd != "tokenize" else [cmd, *need, *rest])
     one_line_error(r, 2, option)
 
 
