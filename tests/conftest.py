@@ -159,16 +159,16 @@ def _corpus(tmp):
 def work(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pipe")
     raw = _corpus(tmp)
-    r = run_tdiff(["clean", "--max-chars", "40", "-i", raw, "-o", tmp / "text.jsonl", "--quiet"])
+    r = run_cli(["clean", "--max-chars", "40", "-i", raw, "-o", tmp / "text.jsonl", "--quiet"])
     assert r.returncode == 0, r.stderr.decode()
-    r = run_tdiff(["tokenize", "--tokenizer", tmp / "tok.model", "--vocab-size", "600", "-i", tmp / "text.jsonl",
+    r = run_cli(["tokenize", "--tokenizer", tmp / "tok.model", "--vocab-size", "600", "-i", tmp / "text.jsonl",
                    "-o", tmp / "ids.jsonl", "--quiet"])
     assert r.returncode == 0, r.stderr.decode()
-    r = run_tdiff(["train-vae", "-i", tmp / "ids.jsonl", "-t", tmp / "tok.model", "-o", tmp / "vae.safetensors",
+    r = run_cli(["train-vae", "-i", tmp / "ids.jsonl", "-t", tmp / "tok.model", "-o", tmp / "vae.safetensors",
                    "--max-steps", "40", "--batch-size", "16", "--latent-dim", "16", "--log", tmp / "vae.jsonl",
                    "--log-every", "10", *TINY])
     assert r.returncode == 0, r.stderr.decode()
-    r = run_tdiff(["train", "-i", tmp / "ids.jsonl", "--vae", tmp / "vae.safetensors", "-o", tmp / "model.safetensors",
+    r = run_cli(["train", "-i", tmp / "ids.jsonl", "--vae", tmp / "vae.safetensors", "-o", tmp / "model.safetensors",
                    "--max-steps", "30", "--batch-size", "16", "--log", tmp / "dit.jsonl", "--log-every", "10", *TINY])
     assert r.returncode == 0, r.stderr.decode()
     return tmp

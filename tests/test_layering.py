@@ -163,7 +163,7 @@ def test_the_checks_catch_what_they_should():
     """The checkers themselves, on the two defects this test was written against."""
     assert violations({"tdiff.formats.model": {"tdiff.training.checkpoints"}}) == [
         "tdiff.formats.model (formats) imports tdiff.training.checkpoints (training)"]
-    assert violations({"tdiff.evaluation.evaluate": {"tdiff.training.train_dit"}})
+    assert violations({"tdiff.evaluation.report": {"tdiff.training.train_dit"}})
     assert violations({"tdiff.models.dit": {"tdiff.diffusion.process"}})      # siblings stay apart
     assert violations({"tdiff.core.log": {"tdiff.files.streams"}})
     assert not violations({"tdiff.training.loop": {"tdiff.files.artifacts", "tdiff.formats.model"}})

@@ -63,7 +63,7 @@ def _gen(bundle, opts, templates):
 
 def infill(bundle, opts, texts, ar, judge, seed):
     from tdiff.sampling import control
-    from tdiff.evaluation.evaluate import control_metrics, known_and_spans
+    from tdiff.evaluation.sample_figures import control_metrics, known_and_spans
     from tdiff.evaluation.metrics import bleu, rouge_l
     from tdiff.sampling.sample import generate
 
@@ -181,7 +181,7 @@ def guidance(bundle, opts, judge, weights, num):
     import dataclasses
 
     from tdiff.sampling import control
-    from tdiff.evaluation.evaluate import label_accuracy
+    from tdiff.evaluation.sample_figures import label_accuracy
     from tdiff.sampling.sample import generate
 
     window = bundle.vae.config.max_len

@@ -244,8 +244,7 @@ class Runner:
         return self.compiled[batch]
 
     def ar(self, batch: int, dtype: str, new_tokens: int | None = None) -> dict:
-        from tdiff.evaluation.evaluate import timed_ar_batch
-
+        from tdiff.evaluation.speed import timed_ar_batch
         n = new_tokens or self.L
         dt, out = timed_ar_batch(self.model, batch, n, self.device, dtype)       # (B, 1 + n)
         if out.shape != (batch, 1 + n):
@@ -253,7 +252,7 @@ class Runner:
         return {"time_s": dt, "tokens": batch * n}
 
     def tdiff(self, batch: int, dtype: str, steps: int) -> dict:
-        from tdiff.evaluation.evaluate import timed_diffusion_batch
+        from tdiff.evaluation.speed import timed_diffusion_batch
         from tdiff.models.vae import text_lengths
         from tdiff.sampling.sample import SampleOptions
         from tdiff.core.seeds import generator

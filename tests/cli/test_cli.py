@@ -6,18 +6,18 @@ import time
 
 import pytest
 
-from conftest import ROOT, run_tdiff
+from conftest import ROOT, run_cli, run_tdiff
 from tdiff.cli.commands.registry import COMMANDS
 
 
 def test_version():
-    r = run_tdiff(["--version"])
+    r = run_cli(["--version"])
     assert r.returncode == 0
     assert r.stdout.decode().startswith("tdiff ")
 
 
 def test_help_lists_commands():
-    r = run_tdiff(["--help"])
+    r = run_cli(["--help"])
     assert r.returncode == 0
     out = r.stdout.decode()
     for name, _ in COMMANDS:
@@ -26,14 +26,14 @@ def test_help_lists_commands():
 
 def test_every_command_has_help():
     for name, _ in COMMANDS:
-        r = run_tdiff([name, "--help"])
+        r = run_cli([name, "--help"])
         assert r.returncode == 0, name
         assert "--config" in r.stdout.decode() and "--dump-config" in r.stdout.decode()
 
 
 def test_unknown_command_and_option_exit_2():
-    assert run_tdiff(["no-such-command"]).returncode == 2
-    r = run_tdiff(["clean", "--no-such-option"], input="x\n")
+    assert run_cli(["no-such-command"]).returncode == 2
+    r = run_cli(["clean", "--no-such-option"], input="x\n")
     assert r.returncode == 2
     assert b"Traceback" not in r.stderr
 
@@ -87,20 +87,20 @@ def test_training_dump_config_and_ranges(tmp_path):
 
     cfg = tmp_path / "t.yaml"
     cfg.write_text("lr: 0.01\nlr-decay: budget\nbatch_size: 8\nwarmup: 7\nema-decay: 0.99\n")
-    r = run_tdiff(["train", "-o", tmp_path / "m", "--vae", tmp_path / "v", "--config", cfg, "--dump-config"])
+    r = run_cli(["train", "-o", tmp_path / "m", "--vae", tmp_path / "v", "--config", cfg, "--dump-config"])
     assert r.returncode == 0, r.stderr.decode()
     d = yaml.safe_load(r.stdout)
     assert d["lr"] == 0.01 and d["lr_decay"] == "budget" and d["batch_size"] == 8 and d["target"] == "v"
     assert d["warmup"] == 7 and d["ema_decay"] == 0.99      # config keys are the option names, as before
     for bad in (["--grad-accum", "0"], ["--lr-decay", "linear"], ["--ema-decay", "1.5"], ["--dtype", "fp8"],
                 ["--preset", "huge"], ["--max-steps", "0"]):
-        r = run_tdiff(["train-vae", "-o", tmp_path / "m", "-t", tmp_path / "t", *bad])
+        r = run_cli(["train-vae", "-o", tmp_path / "m", "-t", tmp_path / "t", *bad])
         assert r.returncode == 2, bad
         assert bad[0].encode() in r.stderr and b"Traceback" not in r.stderr
     for cmd, bad in (("train", ["--cond-prob", "1.5"]), ("train", ["--holdout", "0.95"]),
                      ("train-ar", ["--dropout", "1"]), ("train-vae", ["--latent-dim", "0"]),
                      ("train-vae", ["--kl-warmup", "-1"])):
         need = ["--vae", tmp_path / "v"] if cmd == "train" else ["-t", tmp_path / "t"]
-        r = run_tdiff([cmd, "-o", tmp_path / "m", *need, *bad])
+        r = run_cli([cmd, "-o", tmp_path / "m", *need, *bad])
         assert r.returncode == 2, (cmd, bad)
         assert bad[0].encode() in r.stderr and b"Traceback" not in r.stderr

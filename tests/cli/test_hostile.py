@@ -33,7 +33,7 @@ def test_output_through_a_symlink_keeps_the_link(work, tmp_path):
     target.write_text("old\n")
     link = tmp_path / "link.jsonl"
     link.symlink_to(target)
-    r = run_tdiff(["clean", "-o", link, "--quiet"], input="床前明月光\n")
+    r = run_cli(["clean", "-o", link, "--quiet"], input="床前明月光\n")
     assert r.returncode == 0, r.stderr.decode()
     assert link.is_symlink() and json.loads(target.read_text())["text"] == "床前明月光"
 
@@ -62,14 +62,14 @@ def test_output_to_dev_null_leaves_the_device(work):
 def test_divergence_keeps_the_last_good_checkpoint(work, tmp_path):
     out, ck = tmp_path / "v.safetensors", tmp_path / "v.ckpt.safetensors"
     base = ["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, "--batch-size", "8", *TINY]
-    r = run_tdiff([*base, "--max-steps", "2"])
+    r = run_cli([*base, "--max-steps", "2"])
     assert r.returncode == 0, r.stderr.decode()
     good, model_before = digest(ck), digest(out)
     # resume with a rate that blows the weights up: the run fails, nothing good is replaced
-    r = run_tdiff([*base, "--max-steps", "40", "--lr", "1e38", "--warmup", "0", "--ckpt-every", "1", "--resume"])
+    r = run_cli([*base, "--max-steps", "40", "--lr", "1e38", "--warmup", "0", "--ckpt-every", "1", "--resume"])
     one_line_error(r, 1, "good checkpoint")
     assert digest(ck) == good and digest(out) == model_before
-    r = run_tdiff([*base, "--max-steps", "3", "--resume"])                 # and the good checkpoint still resumes
+    r = run_cli([*base, "--max-steps", "3", "--resume"])                 # and the good checkpoint still resumes
     assert r.returncode == 0, r.stderr.decode()
 
 
@@ -110,7 +110,7 @@ def test_a_model_that_diverges_in_its_last_step_is_not_written(tmp_path):
 def test_unwritable_output_is_refused_before_training(work, tmp_path, where):
     out = tmp_path if where == "DIR" else where
     t0 = time.time()
-    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out,
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out,
                    "--max-steps", "100000", *TINY])
     one_line_error(r, 73, "-o/--output")
     assert time.time() - t0 < 30
@@ -129,14 +129,14 @@ def test_full_disk_on_stdout_is_one_line(work):
 
 def test_lone_surrogates(work, tmp_path):
     bad = '{"text": "a\\ud800b"}\n'
-    r = run_tdiff(["clean", "--jsonl", "--quiet"], input=bad)                # repaired, counted, not fatal
+    r = run_cli(["clean", "--jsonl", "--quiet"], input=bad)                # repaired, counted, not fatal
     assert r.returncode == 0, r.stderr.decode()
     assert json.loads(r.stdout)["text"] == "a\ufffdb"
-    r = run_tdiff(["clean", "--jsonl", "--strict"], input=bad)
+    r = run_cli(["clean", "--jsonl", "--strict"], input=bad)
     one_line_error(r, 65, "<stdin>:1")
-    r = run_tdiff(["tokenize", "--tokenizer", work / "tok.model"], input=bad)
+    r = run_cli(["tokenize", "--tokenizer", work / "tok.model"], input=bad)
     one_line_error(r, 65, ":1")
-    r = run_tdiff(["tokenize", "--tokenizer", tmp_path / "new.model", "--vocab-size", "300"],
+    r = run_cli(["tokenize", "--tokenizer", tmp_path / "new.model", "--vocab-size", "300"],
                   input='{"text": "ok"}\n' + bad)
     one_line_error(r, 65, ":2")
 
@@ -241,7 +241,7 @@ def test_directories_and_crafted_files(work, tmp_path):
 
 def test_resume_from_a_directory_checkpoint(work, tmp_path):
     (tmp_path / "ck").mkdir()
-    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "v.safetensors",
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "v.safetensors",
                    "--checkpoint", tmp_path / "ck", "--resume", "--max-steps", "1", *TINY])
     one_line_error(r, 73, "--checkpoint")
 
@@ -274,7 +274,7 @@ def test_outputs_get_the_umask_mode(work, tmp_path):
     out = tmp_path / "v.safetensors"
     old = os.umask(0o022)
     try:
-        r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, "--max-steps", "1",
+        r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, "--max-steps", "1",
                        "--batch-size", "8", *TINY])
     finally:
         os.umask(old)
@@ -285,7 +285,7 @@ def test_outputs_get_the_umask_mode(work, tmp_path):
 def test_a_bad_tokenizer_names_the_option_it_came_from(work, tmp_path):
     garbage = tmp_path / "garbage.model"
     garbage.write_bytes(b"not a model at all")
-    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", garbage, "-o", tmp_path / "v.safetensors", *TINY])
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", garbage, "-o", tmp_path / "v.safetensors", *TINY])
     err = one_line_error(r, 65, "-t/--tokenizer")
     assert "--model" not in err
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, TINY, run_tdiff
+from conftest import ROOT, TINY, run_cli, run_tdiff
 
 def _records(r):
     assert r.returncode == 0, r.stderr.decode()
@@ -36,7 +36,7 @@ def test_denoiser_training_lowers_its_loss(work, tmp_path):
     hard noise levels, which raises the logged loss as it learns): the last ten steps' mean loss is
     below the first ten's."""
     log = tmp_path / "d.jsonl"
-    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", tmp_path / "d.safetensors",
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", tmp_path / "d.safetensors",
                    "--max-steps", "40", "--batch-size", "16", "--warmup", "5", "--t-sampling", "uniform",
                    "--log", log, "--log-every", "1", *TINY])
     assert r.returncode == 0, r.stderr.decode()
@@ -46,7 +46,7 @@ def test_denoiser_training_lowers_its_loss(work, tmp_path):
 
 @pytest.mark.latest
 def test_sample_dpm_prints_records(work):
-    recs = _records(run_tdiff(["sample", "-m", work / "model.safetensors", "--steps", "12", "--solver", "dpm",
+    recs = _records(run_cli(["sample", "-m", work / "model.safetensors", "--steps", "12", "--solver", "dpm",
                                "--num", "5", "--batch-size", "4", "--device", "cpu"]))
     assert len(recs) == 5
     for i, rec in enumerate(recs):
@@ -57,7 +57,7 @@ def test_sample_dpm_prints_records(work):
 
 @pytest.mark.parametrize("solver,steps", [("ddim", 50), ("ddpm", 200)])
 def test_other_solvers(work, solver, steps):
-    recs = _records(run_tdiff(["sample", "-m", work / "model.safetensors", "--steps", steps, "--solver", solver,
+    recs = _records(run_cli(["sample", "-m", work / "model.safetensors", "--steps", steps, "--solver", solver,
                                "--num", "2", "--device", "cpu", "--quiet"]))
     assert len(recs) == 2 and all(r["solver"] == solver for r in recs)
 
@@ -65,9 +65,9 @@ def test_other_solvers(work, solver, steps):
 def test_same_seed_same_bytes(work):
     args = ["sample", "-m", work / "model.safetensors", "--num", "3", "--seed", "7", "--device", "cpu", "--quiet",
             "--temperature", "0.8", "--top-p", "0.9"]
-    a, b = run_tdiff(args), run_tdiff(args)
+    a, b = run_cli(args), run_cli(args)
     assert a.returncode == 0 and a.stdout and a.stdout == b.stdout          # byte for byte
-    c = run_tdiff(args[:-7] + ["--seed", "8", "--device", "cpu", "--quiet", "--temperature", "0.8", "--top-p", "0.9"])
+    c = run_cli(args[:-7] + ["--seed", "8", "--device", "cpu", "--quiet", "--temperature", "0.8", "--top-p", "0.9"])
     assert c.returncode == 0 and c.stdout != a.stdout
 
 
@@ -77,14 +77,14 @@ def test_model_is_self_contained(work, tmp_path):
 
     m = tmp_path / "only.safetensors"
     shutil.copy(work / "model.safetensors", m)
-    assert len(_records(run_tdiff(["sample", "-m", m, "--num", "1", "--device", "cpu", "--quiet"]))) == 1
+    assert len(_records(run_cli(["sample", "-m", m, "--num", "1", "--device", "cpu", "--quiet"]))) == 1
 
 
 def test_wrong_kind_refused(work):
-    r = run_tdiff(["sample", "-m", work / "vae.safetensors", "--device", "cpu"])
+    r = run_cli(["sample", "-m", work / "vae.safetensors", "--device", "cpu"])
     assert r.returncode == 65
     assert b"not a diffusion model" in r.stderr and b"Traceback" not in r.stderr
-    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "tok.model", "-o", work / "x.safetensors",
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "tok.model", "-o", work / "x.safetensors",
                    *TINY])
     assert r.returncode == 65 and b"Traceback" not in r.stderr
 
@@ -97,20 +97,20 @@ def test_newer_format_refused(work, tmp_path):
     meta["tdiff.format"] = "99"
     p = tmp_path / "future.safetensors"
     save_file(load_file(str(work / "model.safetensors")), str(p), metadata=meta)
-    r = run_tdiff(["sample", "-m", p, "--device", "cpu"])
+    r = run_cli(["sample", "-m", p, "--device", "cpu"])
     assert r.returncode == 65 and b"newer" in r.stderr
 
 
 def test_vocabulary_mismatch_refused(work, tmp_path):
     bad = tmp_path / "ids.jsonl"
     bad.write_text('{"ids": [1, 2, 99999]}\n')
-    r = run_tdiff(["train", "-i", bad, "--vae", work / "vae.safetensors", "-o", tmp_path / "m.safetensors", *TINY])
+    r = run_cli(["train", "-i", bad, "--vae", work / "vae.safetensors", "-o", tmp_path / "m.safetensors", *TINY])
     assert r.returncode == 65
     assert b"ids.jsonl:1" in r.stderr and b"vocabulary" in r.stderr
 
 
 def test_missing_model_exit_66(tmp_path):
-    r = run_tdiff(["sample", "-m", tmp_path / "nope.safetensors", "--device", "cpu"])
+    r = run_cli(["sample", "-m", tmp_path / "nope.safetensors", "--device", "cpu"])
     assert r.returncode == 66
 
 
@@ -209,7 +209,7 @@ def test_learned_schedule_logs_and_clips_apart(work, tmp_path):
     """--schedule learned: nothing from PyTorch on stderr, the schedule's terms logged apart from the
     denoiser's MSE, and each part's gradient norm logged (and clipped) on its own."""
     log = tmp_path / "l.jsonl"
-    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o",
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o",
                    tmp_path / "l.safetensors", "--schedule", "learned", "--max-steps", "6", "--batch-size", "8",
                    "--log", log, "--log-every", "1", *TINY])
     assert r.returncode == 0, r.stderr.decode()
@@ -221,23 +221,23 @@ def test_learned_schedule_logs_and_clips_apart(work, tmp_path):
 
 
 def test_bad_choice_is_a_usage_error_listing_the_choices(work, tmp_path):
-    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", tmp_path / "m",
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", tmp_path / "m",
                    "--schedule", "quadratic"])
     assert r.returncode == 2
     assert b"cosine" in r.stderr and b"learned" in r.stderr and b"Traceback" not in r.stderr
-    r = run_tdiff(["sample", "-m", work / "model.safetensors", "--solver", "euler"])
+    r = run_cli(["sample", "-m", work / "model.safetensors", "--solver", "euler"])
     assert r.returncode == 2 and b"dpm" in r.stderr
 
 
 def test_dump_config_and_config_file(work, tmp_path):
     cfg = tmp_path / "s.yaml"
     cfg.write_text("steps: 3\nsolver: ddim\nnum: 2\n")
-    r = run_tdiff(["sample", "-m", work / "model.safetensors", "--config", cfg, "--num", "1", "--dump-config"])
+    r = run_cli(["sample", "-m", work / "model.safetensors", "--config", cfg, "--num", "1", "--dump-config"])
     assert r.returncode == 0
     import yaml
 
     d = yaml.safe_load(r.stdout)
     assert d["steps"] == 3 and d["solver"] == "ddim" and d["num"] == 1  # flag wins over file
     cfg.write_text("stepz: 3\n")
-    r = run_tdiff(["sample", "-m", work / "model.safetensors", "--config", cfg])
+    r = run_cli(["sample", "-m", work / "model.safetensors", "--config", cfg])
     assert r.returncode == 2 and b"stepz" in r.stderr

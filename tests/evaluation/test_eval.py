@@ -1,4 +1,4 @@
-"""`tdiff eval` and tdiff.evaluation.evaluate: the eval-level aggregation on hand-computed inputs, and the CLI
+"""`tdiff eval` and tdiff.evaluation (records, model_figures, sample_figures, speed, report): the eval-level aggregation on hand-computed inputs, and the CLI
 end to end on tiny untrained models (plumbing, keys, exit codes; not quality: bench/ measures that).
 
 The metric functions themselves are tested in test_metrics.py; here we check what eval reports.
@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from conftest import run_tdiff
+from conftest import run_cli
 
 ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 CPU = ["--device", "cpu", "--quiet"]
@@ -33,7 +33,7 @@ def _corpus(n=200):
 
 
 def run_eval(args, **kw):
-    return run_tdiff(["eval", *args], env=ENV, **kw)
+    return run_cli(["eval", *args], **kw)
 
 
 def _json(r):
@@ -100,8 +100,7 @@ def work(tmp_path_factory):
 
 
 def test_sample_metrics_hand_computed():
-    from tdiff.evaluation.evaluate import sample_metrics
-
+    from tdiff.evaluation.sample_figures import sample_metrics
     # characters: a a b b → p = 1/2, 1/2 → H = ln 2; "ab", "ab" → self-BLEU 100 (identical)
     m = sample_metrics(["ab", "ab"])
     assert m["units"] == "chars" and m["count"] == 2
@@ -129,8 +128,7 @@ def test_sample_metrics_hand_computed():
 
 
 def test_sample_metrics_against_real_texts():
-    from tdiff.evaluation.evaluate import sample_metrics
-
+    from tdiff.evaluation.sample_figures import sample_metrics
     m = sample_metrics(["aaaa"], real_texts=["abab", "ab"])
     assert m["unigram_entropy"] == 0.0
     assert m["real"]["unigram_entropy"] == pytest.approx(math.log(2))
@@ -139,8 +137,7 @@ def test_sample_metrics_against_real_texts():
 
 
 def test_reference_metrics_pairing():
-    from tdiff.evaluation.evaluate import reference_metrics
-
+    from tdiff.evaluation.sample_figures import reference_metrics
     m = reference_metrics(["春花秋月", "往事知多少"], ["春花秋月", "小楼昨夜"])
     assert m["pairs"] == 2
     assert m["rouge_l"] == pytest.approx(0.5)            # (1 + 0) / 2
@@ -150,8 +147,8 @@ def test_reference_metrics_pairing():
 
 
 def test_memorization_units(tmp_path):
-    from tdiff.evaluation.evaluate import TextRecords, memorization
-
+    from tdiff.evaluation.records import TextRecords
+    from tdiff.evaluation.sample_figures import memorization
     train = tmp_path / "train.jsonl"
     train.write_text('{"text": "abcdef", "ids": [1, 2, 3, 4, 5]}\n', encoding="utf-8")
     # characters: abcd, bcde in train; cdex not → 2 of 3 4-grams
@@ -169,7 +166,7 @@ def test_judge_metrics_known_logits():
     and q from the three perplexities."""
     import torch
 
-    from tdiff.evaluation.evaluate import judge_metrics
+    from tdiff.evaluation.sample_figures import judge_metrics
     from tdiff.evaluation.metrics import perplexity_from_logits, ppl, q_position
 
     V = 8
@@ -216,8 +213,7 @@ def test_judge_metrics_known_logits():
 
 
 def test_speed_timing_summary():
-    from tdiff.evaluation.evaluate import _timing
-
+    from tdiff.evaluation.speed import _timing
     t = _timing([1.0, 2.0, 3.0], positions_per_run=10, generated=12)
     assert t["tokens_per_s"] == pytest.approx(30 / 6)
     assert t["generated_tokens_per_s"] == pytest.approx(2.0)
@@ -247,8 +243,7 @@ def test_noise_levels_table(work):
 
     from tdiff.formats.model import load_model
     from tdiff.data.token_ids import pad_batch, read_ids
-    from tdiff.evaluation.evaluate import noise_levels
-
+    from tdiff.evaluation.model_figures import noise_levels
     dev = torch.device("cpu")
     bundle = load_model(work / "model.safetensors", dev)
     seqs = read_ids(work / "ids.jsonl").seqs

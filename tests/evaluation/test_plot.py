@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import run_tdiff
+from conftest import run_cli
 
 pytest.importorskip("matplotlib")
 
@@ -30,11 +30,11 @@ def test_curves_of_several_runs(tmp_path, work):
     b = _log(tmp_path / "b.jsonl", [3.1, 2.2, 1.4])
     for x in ("step", "time"):
         out = tmp_path / f"c_{x}.png"
-        r = run_tdiff(["plot", a, b, work / "dit.jsonl", "-o", out, "--x", x, "--title", "runs"])
+        r = run_cli(["plot", a, b, work / "dit.jsonl", "-o", out, "--x", x, "--title", "runs"])
         assert r.returncode == 0, r.stderr.decode()
         assert r.stdout == b"" and b"3 runs" in r.stderr
         _png(out)
-    r = run_tdiff(["plot", a, "-o", tmp_path / "c.svg", "-q"])
+    r = run_cli(["plot", a, "-o", tmp_path / "c.svg", "-q"])
     assert r.returncode == 0 and (tmp_path / "c.svg").read_text().lstrip().startswith("<?xml")
 
 
@@ -47,11 +47,11 @@ def test_frontier_file(tmp_path):
     f.write_text(json.dumps(res))
     g = tmp_path / "other.json"
     g.write_text(json.dumps({**res, "runs": [{**res["runs"][0], "system": "tdiff_s1"}]}))
-    r = run_tdiff(["plot", f, g, "-o", tmp_path / "f.png"])
+    r = run_cli(["plot", f, g, "-o", tmp_path / "f.png"])
     assert r.returncode == 0, r.stderr.decode()
     _png(tmp_path / "f.png")
     g.write_text(json.dumps({**res, "real": {"judge_ppl": 210.0, "char_entropy": 6.3}}))
-    r = run_tdiff(["plot", f, g, "-o", tmp_path / "g.png"])
+    r = run_cli(["plot", f, g, "-o", tmp_path / "g.png"])
     assert r.returncode == 65 and b"another judge" in r.stderr and not (tmp_path / "g.png").exists()
 
 
@@ -68,11 +68,11 @@ def test_bad_inputs(tmp_path):
     for args, code, words in cases:
         if "-o" not in args:
             args = [*args, "-o", out]
-        r = run_tdiff(["plot", *args])
+        r = run_cli(["plot", *args])
         assert r.returncode == code, (args, r.stderr.decode())
         assert words in r.stderr.decode() and b"Traceback" not in r.stderr
     assert out.read_bytes() == b"keep"                                          # nothing half-written
-    r = run_tdiff(["plot", good, "-o", out, "--x", "epoch"])
+    r = run_cli(["plot", good, "-o", out, "--x", "epoch"])
     assert r.returncode == 2
 
 
@@ -95,7 +95,7 @@ def test_eval_every_logs_heldout_figures_without_changing_training(work, tmp_pat
 
     def train(name, *extra):
         out = tmp_path / f"{name}.safetensors"
-        r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out,
+        r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out,
                        "--max-steps", "4", "--batch-size", "8", "--warmup", "0", "--lr", "1e-3", "--log-every", "1",
                        "--log", tmp_path / f"{name}.jsonl",
                        "--preset", "tiny", "--device", "cpu", "-q", *extra])
@@ -113,13 +113,13 @@ def test_eval_every_logs_heldout_figures_without_changing_training(work, tmp_pat
     worst = max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
     assert worst <= 1e-6, worst
     out = tmp_path / "held.png"
-    r = run_tdiff(["plot", tmp_path / "watched.jsonl", "-o", out, "-q"])
+    r = run_cli(["plot", tmp_path / "watched.jsonl", "-o", out, "-q"])
     assert r.returncode == 0 and out.stat().st_size > 10_000
 
 
 # ---------------------------------------------------------------- hostile input, in process
 
-from conftest import one_line_error, run_cli# noqa: E402
+from conftest import one_line_error  # noqa: E402
 
 FRONTIER = {"real": {"judge_ppl": 200.0, "char_entropy": 6.3},
             "runs": [{"system": "tdiff_s0", "points": [{"knob": 0, "judge_ppl": 900.0, "char_entropy": 5.8}]}]}

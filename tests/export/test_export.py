@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, run_tdiff
+from conftest import ROOT, run_cli
 
 EXAMPLE = ROOT / "examples" / "sample_exported.py"
 
@@ -28,7 +28,7 @@ def _records(r) -> list[dict]:
 
 
 def _export(work, out, *args):
-    r = run_tdiff(["export", "-m", work / "model.safetensors", "-o", out, *args])
+    r = run_cli(["export", "-m", work / "model.safetensors", "-o", out, *args])
     assert r.returncode == 0, _err(r)
     return r
 
@@ -59,8 +59,8 @@ def test_slim_export_samples_the_same_tokens_in_fp32(work, tmp_path):
     assert torch.equal(art.tensors["dit.in_proj.weight"], src.tensors["dit_ema.in_proj.weight"])
     assert slim.stat().st_size < (work / "model.safetensors").stat().st_size
     args = ["-n", "6", "--batch-size", "4", "--seed", "3", "--dtype", "fp32", "-q"]
-    a = _records(run_tdiff(["sample", "-m", work / "model.safetensors", *args]))
-    b = _records(run_tdiff(["sample", "-m", slim, *args]))
+    a = _records(run_cli(["sample", "-m", work / "model.safetensors", *args]))
+    b = _records(run_cli(["sample", "-m", slim, *args]))
     assert [x["ids"] for x in a] == [y["ids"] for y in b]
 
 
@@ -74,8 +74,8 @@ def test_bf16_slim_export_is_half_the_size_and_samples(work, tmp_path):
     assert art.tensors["vae.latent_std"].dtype == torch.float32                # statistics stay exact
     fp32 = _export(work, tmp_path / "full") and (tmp_path / "full" / "model.safetensors")
     assert slim.stat().st_size < 0.6 * fp32.stat().st_size
-    a = _records(run_tdiff(["sample", "-m", fp32, "-n", "8", "--batch-size", "8", "--dtype", "fp32", "-q"]))
-    b = _records(run_tdiff(["sample", "-m", slim, "-n", "8", "--batch-size", "8", "--dtype", "fp32", "-q"]))
+    a = _records(run_cli(["sample", "-m", fp32, "-n", "8", "--batch-size", "8", "--dtype", "fp32", "-q"]))
+    b = _records(run_cli(["sample", "-m", slim, "-n", "8", "--batch-size", "8", "--dtype", "fp32", "-q"]))
     same = sum(i == j for x, y in zip(a, b) for i, j in zip(x["ids"], y["ids"]))
     assert same >= 0.9 * sum(len(x["ids"]) for x in a)                        # rounding flips only a few tokens
 
@@ -188,11 +188,11 @@ def test_bad_exports_are_refused_and_lose_nothing(work, tmp_path):
         (["-o", tmp_path / "o", "--dtype", "fp8"], 2, "--dtype"),
     ]
     for args, code, words in cases:
-        r = run_tdiff(["export", "-m", work / "model.safetensors", *args])
+        r = run_cli(["export", "-m", work / "model.safetensors", *args])
         assert r.returncode == code, (args, _err(r))
         assert words in _err(r) and "Traceback" not in _err(r), _err(r)
     for model, code in ((work / "vae.safetensors", 65), (tmp_path / "absent.safetensors", 66)):
-        r = run_tdiff(["export", "-m", model, "-o", tmp_path / "o"])
+        r = run_cli(["export", "-m", model, "-o", tmp_path / "o"])
         assert r.returncode == code and "Traceback" not in _err(r), _err(r)
     assert (other / "notes.txt").read_text() == "keep me"
     assert not (tmp_path / "o").exists()
@@ -244,7 +244,7 @@ def test_dtype_auto_follows_the_hardware(work):
     cpu = torch.device("cpu")
     assert resolve_dtype("auto", cpu) == ("bf16" if fast_bf16(cpu) else "fp32")
     assert resolve_dtype("fp32", cpu) == "fp32"
-    r = run_tdiff(["sample", "-m", work / "model.safetensors", "-n", "1", "--device", "cpu"])
+    r = run_cli(["sample", "-m", work / "model.safetensors", "-n", "1", "--device", "cpu"])
     assert r.returncode == 0 and f"on cpu, {resolve_dtype('auto', cpu)}" in _err(r), _err(r)
 
 
@@ -254,33 +254,33 @@ def test_compile_samples_what_eager_samples(work):
     if compile_problem(torch.device("cpu")):
         pytest.skip(compile_problem(torch.device("cpu")))
     args = ["-n", "5", "--batch-size", "4", "--seed", "2", "--dtype", "fp32", "--device", "cpu", "-q"]   # last batch padded
-    eager = _records(run_tdiff(["sample", "-m", work / "model.safetensors", *args]))
-    comp = _records(run_tdiff(["sample", "-m", work / "model.safetensors", "--compile", *args]))
+    eager = _records(run_cli(["sample", "-m", work / "model.safetensors", *args]))
+    comp = _records(run_cli(["sample", "-m", work / "model.safetensors", "--compile", *args]))
     same = sum(i == j for x, y in zip(eager, comp) for i, j in zip(x["ids"], y["ids"]))
     assert len(comp) == 5 and same >= 0.98 * sum(len(x["ids"]) for x in eager)
-    r = run_tdiff(["eval", "-m", work / "model.safetensors", "--speed", "--compile", "--repeats", "1",
+    r = run_cli(["eval", "-m", work / "model.safetensors", "--speed", "--compile", "--repeats", "1",
                    "--batch-size", "2", "--device", "cpu", "-q"])
     speed = json.loads(r.stdout)["speed"]
     assert r.returncode == 0 and speed["compile"] is True and speed["warmup_s"] and speed["tokens_per_s"] > 0
 
 
 def test_compile_is_refused_where_it_cannot_work(work):
-    r = run_tdiff(["eval", "-m", work / "model.safetensors", "--compile", "--data", work / "ids.jsonl"])
+    r = run_cli(["eval", "-m", work / "model.safetensors", "--compile", "--data", work / "ids.jsonl"])
     assert r.returncode == 2 and "--compile: only with --speed" in _err(r)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA paths: needs a GPU")
 def test_compile_with_cuda_graphs(work):
     args = ["-n", "4", "--batch-size", "4", "--device", "cuda", "-q"]
-    eager = _records(run_tdiff(["sample", "-m", work / "model.safetensors", "--dtype", "fp32", *args]))
-    comp = _records(run_tdiff(["sample", "-m", work / "model.safetensors", "--dtype", "fp32", "--compile", *args]))
+    eager = _records(run_cli(["sample", "-m", work / "model.safetensors", "--dtype", "fp32", *args]))
+    comp = _records(run_cli(["sample", "-m", work / "model.safetensors", "--dtype", "fp32", "--compile", *args]))
     same = sum(i == j for x, y in zip(eager, comp) for i, j in zip(x["ids"], y["ids"]))
     assert same >= 0.98 * sum(len(x["ids"]) for x in eager)
 
 
 # ---------------------------------------------------------------- what -o may replace, in process
 
-from conftest import one_line_error, run_cli# noqa: E402
+from conftest import one_line_error  # noqa: E402
 
 
 def _tree(d) -> dict:

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from conftest import TINY, run_tdiff
+from conftest import TINY, run_cli
 from tdiff.diffusion import spans
 
 
@@ -132,7 +132,7 @@ def test_prompt_is_kept_verbatim(work, window):
     first = json.loads((work / "text.jsonl").read_text(encoding="utf-8").splitlines()[0])["text"]
     prompt = first[:3]                      # a beginning of the training corpus (songci, or the fallback reviews)
     assert tok.decode(tok.encode(prompt)) == prompt
-    recs = _out(run_tdiff(["sample", "-m", work / "model.safetensors", "-n", "6", "--prompt", prompt, "-q"]))
+    recs = _out(run_cli(["sample", "-m", work / "model.safetensors", "-n", "6", "--prompt", prompt, "-q"]))
     assert len(recs) == 6 and all(r["text"].startswith(prompt) for r in recs)
     assert any(len(r["text"]) > len(prompt) for r in recs)
 
@@ -140,9 +140,9 @@ def test_prompt_is_kept_verbatim(work, window):
 def test_length_is_exact_across_the_window(work, window):
     L, _ = window
     for n in (1, 7, L // 2, L):
-        recs = _out(run_tdiff(["sample", "-m", work / "model.safetensors", "-n", "4", "--length", str(n), "-q"]))
+        recs = _out(run_cli(["sample", "-m", work / "model.safetensors", "-n", "4", "--length", str(n), "-q"]))
         assert [len(r["ids"]) for r in recs] == [n] * 4, n
-    recs = _out(run_tdiff(["sample", "-m", work / "model.safetensors", "-n", "3", "--prompt", "春风",
+    recs = _out(run_cli(["sample", "-m", work / "model.safetensors", "-n", "3", "--prompt", "春风",
                            "--length", "5", "-q"]))
     assert all(r["text"].startswith("春风") for r in recs)
 
@@ -151,13 +151,13 @@ def test_infill_and_edit_keep_the_known_text(work, window):
     _, tok = window
     a, b = "春风又绿", "明月何时"
     m = str(work / "model.safetensors")
-    recs = _out(run_tdiff(["sample", "-m", m, "-n", "4", "--infill", f"{a}[MASK:3]{b}", "-q"]))
+    recs = _out(run_cli(["sample", "-m", m, "-n", "4", "--infill", f"{a}[MASK:3]{b}", "-q"]))
     na, nb = len(tok.encode(a)), len(tok.encode(b))
     for r in recs:
         assert r["text"].startswith(a) and r["text"].endswith(b)
         assert len(r["ids"]) == na + 3 + nb
         assert r["ids"][:na] == tok.encode(a) and r["ids"][-nb:] == tok.encode(b)
-    recs = _out(run_tdiff(["sample", "-m", m, "-n", "3", "--edit", f"{a}[[江南]]{b}", "-q"]))
+    recs = _out(run_cli(["sample", "-m", m, "-n", "3", "--edit", f"{a}[[江南]]{b}", "-q"]))
     assert all(r["text"].startswith(a) and r["text"].endswith(b) for r in recs)
 
 
@@ -166,33 +166,33 @@ def test_request_records_pass_their_fields_through(work, tmp_path):
     src.write_text(json.dumps({"prompt": "春风", "id": 1}, ensure_ascii=False) + "\n"
                    + json.dumps({"text": "春风又绿江南岸", "mask": [[2, 4]], "id": 2}, ensure_ascii=False) + "\n",
                    encoding="utf-8")
-    recs = _out(run_tdiff(["sample", "-m", work / "model.safetensors", "-i", "-", "-q"], input=src.read_bytes()))
+    recs = _out(run_cli(["sample", "-m", work / "model.safetensors", "-i", "-", "-q"], input=src.read_bytes()))
     assert [r["id"] for r in recs] == [1, 2]
     assert recs[0]["text"].startswith("春风") and recs[0]["prompt"] == "春风"
     assert recs[1]["source"] == "春风又绿江南岸" and recs[1]["text"].startswith("春风") and recs[1]["text"].endswith("江南岸")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "春风"}\n{"mask": [[0, 1]]}\n', encoding="utf-8")
-    r = run_tdiff(["sample", "-m", work / "model.safetensors", "-i", bad, "-q"])
+    r = run_cli(["sample", "-m", work / "model.safetensors", "-i", bad, "-q"])
     assert r.returncode == 65 and "bad.jsonl:2" in _err(r) and "Traceback" not in _err(r)
 
 
 def test_controls_a_model_was_not_trained_for_are_usage_errors(work, tmp_path):
     m = str(work / "model.safetensors")
-    r = run_tdiff(["sample", "-m", m, "--prompt", "春" * 500, "-q"])
+    r = run_cli(["sample", "-m", m, "--prompt", "春" * 500, "-q"])
     assert r.returncode == 2 and "window" in _err(r)
-    r = run_tdiff(["sample", "-m", m, "--label", "pos", "-q"])
+    r = run_cli(["sample", "-m", m, "--label", "pos", "-q"])
     assert r.returncode == 2 and "no labels" in _err(r)
-    r = run_tdiff(["sample", "-m", m, "--guidance", "2", "-q"])
+    r = run_cli(["sample", "-m", m, "--guidance", "2", "-q"])
     assert r.returncode == 2 and "--guidance" in _err(r)
-    r = run_tdiff(["sample", "-m", m, "--prompt", "春", "--infill", "a[MASK]", "-q"])
+    r = run_cli(["sample", "-m", m, "--prompt", "春", "--infill", "a[MASK]", "-q"])
     assert r.returncode == 2
     plain = tmp_path / "plain.safetensors"
-    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", plain,
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", plain,
                    "--max-steps", "3", "--batch-size", "8", "--cond-prob", "0", *TINY])
     assert r.returncode == 0, _err(r)
-    r = run_tdiff(["sample", "-m", plain, "--infill", "春[MASK:2]风", "-q"])
+    r = run_cli(["sample", "-m", plain, "--infill", "春[MASK:2]风", "-q"])
     assert r.returncode == 2 and "known spans" in _err(r) and "Traceback" not in _err(r)
-    assert _out(run_tdiff(["sample", "-m", plain, "-n", "2", "-q"]))        # plain sampling still works
+    assert _out(run_cli(["sample", "-m", plain, "-n", "2", "-q"]))        # plain sampling still works
 
 
 def test_labels_and_guidance(work, tmp_path):
@@ -201,10 +201,10 @@ def test_labels_and_guidance(work, tmp_path):
     lab.write_text("".join(json.dumps({**r, "label": "ab"[i % 2]}) + "\n" for i, r in enumerate(rows)),
                    encoding="utf-8")
     model = tmp_path / "lab.safetensors"
-    r = run_tdiff(["train", "-i", lab, "--vae", work / "vae.safetensors", "-o", model, "--max-steps", "4",
+    r = run_cli(["train", "-i", lab, "--vae", work / "vae.safetensors", "-o", model, "--max-steps", "4",
                    "--batch-size", "8", "--label-field", "label", *TINY])
     assert r.returncode == 0, _err(r)
-    out = _out(run_tdiff(["sample", "-m", model, "-n", "3", "--label", "a", "--guidance", "2", "-q"]))
+    out = _out(run_cli(["sample", "-m", model, "-n", "3", "--label", "a", "--guidance", "2", "-q"]))
     assert len(out) == 3 and all(r["label"] == "a" for r in out)      # what eval --classifier reads
     from tdiff.formats.model import load_model
 
@@ -218,28 +218,27 @@ def test_labels_and_guidance(work, tmp_path):
     null = b.denoiser(label=torch.tensor([-1, -1]))(x, t)
     assert torch.allclose(guided, plain + 2.0 * (plain - null), atol=1e-5)   # x̂0_c + w (x̂0_c − x̂0_u)
     assert not torch.allclose(guided, plain)
-    r = run_tdiff(["sample", "-m", model, "--label", "c", "-q"])
+    r = run_cli(["sample", "-m", model, "--label", "c", "-q"])
     assert r.returncode == 2 and "a, b" in _err(r)
-    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", tmp_path / "x.safetensors",
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", tmp_path / "x.safetensors",
                    "--max-steps", "2", "--label-field", "label", *TINY])
     assert r.returncode == 65 and "'label'" in _err(r)
 
 
 def test_segments_write_past_the_window_without_repeating_the_joins(work, window):
     L, tok = window
-    recs = _out(run_tdiff(["sample", "-m", work / "model.safetensors", "-n", "3", "--segments", "3",
+    recs = _out(run_cli(["sample", "-m", work / "model.safetensors", "-n", "3", "--segments", "3",
                            "--overlap", "4", "-q"]))
     for r in recs:
         assert len(r["segments"]) == 3 and len(r["ids"]) == sum(r["segments"])
         assert r["segments"][1:] == [L - min(4, r["segments"][0]), L - 4]
         assert len(r["ids"]) > L and r["text"] == tok.decode(r["ids"])
-    r = run_tdiff(["sample", "-m", work / "model.safetensors", "--segments", "2", "--overlap", str(L), "-q"])
+    r = run_cli(["sample", "-m", work / "model.safetensors", "--segments", "2", "--overlap", str(L), "-q"])
     assert r.returncode == 2 and "--overlap" in _err(r)
 
 
 def test_eval_measures_kept_text_and_filled_spans(work, tmp_path):
-    from tdiff.evaluation.evaluate import control_metrics, filled_spans
-
+    from tdiff.evaluation.sample_figures import control_metrics, filled_spans
     assert filled_spans("春风又绿江南岸", ["春风", "江南岸"]) == ["又绿"]
     assert filled_spans("春风吹过江南", ["春风", "江南岸"]) is None
     m = control_metrics(["春风又绿江南岸", "秋风又绿江南岸", "明月几时"],
@@ -251,9 +250,9 @@ def test_eval_measures_kept_text_and_filled_spans(work, tmp_path):
     req = tmp_path / "req.jsonl"
     req.write_text(json.dumps({"text": "春风又绿江南岸", "mask": [[2, 4]]}, ensure_ascii=False) + "\n", encoding="utf-8")
     out = tmp_path / "s.jsonl"
-    r = run_tdiff(["sample", "-m", work / "model.safetensors", "-i", req, "-n", "3", "-o", out, "-q"])
+    r = run_cli(["sample", "-m", work / "model.safetensors", "-i", req, "-n", "3", "-o", out, "-q"])
     assert r.returncode == 0, _err(r)
-    r = run_tdiff(["eval", "--samples", out, "-q"])
+    r = run_cli(["eval", "--samples", out, "-q"])
     res = json.loads(r.stdout)
     assert r.returncode == 0 and res["control"]["edit"]["records"] == 3 and res["control"]["edit"]["kept"] == 1.0
 
@@ -271,7 +270,7 @@ def test_eval_classifier_scores_labelled_samples(tmp_path):
         + [{"text": "", "label": "pos"}, {"text": "没有标签"}]
     f = tmp_path / "s.jsonl"
     f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
-    got = _out(run_tdiff(["eval", "--samples", f, "--classifier", "snownlp", "-q"]))[0]["labels"]
+    got = _out(run_cli(["eval", "--samples", f, "--classifier", "snownlp", "-q"]))[0]["labels"]
     hit_pos = sum(SnowNLP(t).sentiments > 0.5 for t in pos)
     hit_neg = sum(SnowNLP(t).sentiments <= 0.5 for t in neg)
     assert got["records"] == 13                                       # the unlabelled record is not counted
@@ -280,14 +279,14 @@ def test_eval_classifier_scores_labelled_samples(tmp_path):
     assert got["accuracy"] == round((hit_pos + hit_neg) / 13, 4) and hit_pos >= 4 and hit_neg >= 3
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"text": "好", "label": "joy"}) + "\n", encoding="utf-8")
-    r = run_tdiff(["eval", "--samples", bad, "--classifier", "snownlp"])
+    r = run_cli(["eval", "--samples", bad, "--classifier", "snownlp"])
     assert r.returncode == 2 and "'joy'" in _err(r) and "Traceback" not in _err(r)
     none = tmp_path / "none.jsonl"
     none.write_text(json.dumps({"text": "好"}) + "\n", encoding="utf-8")
-    r = run_tdiff(["eval", "--samples", none, "--classifier", "snownlp"])
+    r = run_cli(["eval", "--samples", none, "--classifier", "snownlp"])
     assert r.returncode == 65 and "label" in _err(r)
-    r = run_tdiff(["eval", "--classifier", "snownlp", "-m", f, "--speed"])
+    r = run_cli(["eval", "--classifier", "snownlp", "-m", f, "--speed"])
     assert r.returncode == 2 and "--classifier" in _err(r)
-    r = run_tdiff(["eval", "--samples", f, "--classifier", "bert"])
+    r = run_cli(["eval", "--samples", f, "--classifier", "bert"])
     assert r.returncode == 2 and "--classifier" in _err(r) and "Traceback" not in _err(r)
 

@@ -180,10 +180,8 @@ def test_other_runtime_errors_are_not_taken_for_out_of_memory():
 @pytest.fixture(scope="module")
 def ar_model(work, tmp_path_factory):
     """A one-block AR model, one step trained (enough to load and refuse)."""
-    from conftest import run_tdiff
-
     d = tmp_path_factory.mktemp("ar") / "ar"
-    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", d, "--n-layers", "1",
+    r = run_cli(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", d, "--n-layers", "1",
                    "--d-model", "32", "--n-heads", "2", "--max-steps", "1", "--batch-size", "4", *CPU, "-q"])
     assert r.returncode == 0, r.stderr.decode()
     return d

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, head_lines, run_tdiff, shared_file
+from conftest import ROOT, head_lines, run_cli, shared_file
 from tdiff.text.clean import (
     Cleaner,
     chunk_text,
@@ -184,17 +184,17 @@ def test_cleaner_records_keep_fields_when_chunked():
 
 
 def test_cli_lines_to_records_and_stats_on_stderr():
-    r = run_tdiff(["clean", "--punct", "full"], input="你好,世界!\n\n  a \t b \n")
+    r = run_cli(["clean", "--punct", "full"], input="你好,世界!\n\n  a \t b \n")
     assert r.returncode == 0, r.stderr
     assert _records(r.stdout) == [{"text": "你好，世界！"}, {"text": "a b"}]
     err = r.stderr.decode()
     assert "3 records in, 2 out" in err and "MB/s" in err
-    assert run_tdiff(["clean", "--quiet"], input="x\n").stderr == b""
+    assert run_cli(["clean", "--quiet"], input="x\n").stderr == b""
 
 
 def test_cli_paragraphs():
     text = "First Citizen:\nBefore we proceed.\n\n\nAll:\nSpeak, speak.\n"
-    r = run_tdiff(["clean", "--paragraphs"], input=text)
+    r = run_cli(["clean", "--paragraphs"], input=text)
     assert r.returncode == 0, r.stderr
     assert _records(r.stdout) == [
         {"text": "First Citizen:\nBefore we proceed."},
@@ -203,7 +203,7 @@ def test_cli_paragraphs():
 
 
 def test_cli_dedup_min_chars_max_chars():
-    r = run_tdiff(["clean", "--dedup", "--min-chars", "3", "--max-chars", "12"], input=f"{POEM}\n{POEM}\n短\n")
+    r = run_cli(["clean", "--dedup", "--min-chars", "3", "--max-chars", "12"], input=f"{POEM}\n{POEM}\n短\n")
     assert r.returncode == 0, r.stderr
     assert [d["text"] for d in _records(r.stdout)] == ["床前明月光，疑是地上霜。", "举头望明月，低头思故乡。"]
     assert "2 duplicates" in r.stderr.decode() and "1 short" in r.stderr.decode()
@@ -211,7 +211,7 @@ def test_cli_dedup_min_chars_max_chars():
 
 def test_cli_jsonl_keeps_label_and_author():
     lines = head_lines(shared_file("songci.jsonl"), 500)
-    r = run_tdiff(["clean", "--jsonl", "--max-chars", "40"], input="\n".join(lines) + "\n")
+    r = run_cli(["clean", "--jsonl", "--max-chars", "40"], input="\n".join(lines) + "\n")
     assert r.returncode == 0, r.stderr
     recs = _records(r.stdout)
     assert len(recs) > 500
@@ -222,14 +222,14 @@ def test_cli_jsonl_keeps_label_and_author():
 
 
 def test_cli_jsonl_other_field():
-    r = run_tdiff(["clean", "--jsonl", "--field", "body"], input='{"body": " a  b ", "id": 1}\n')
+    r = run_cli(["clean", "--jsonl", "--field", "body"], input='{"body": " a  b ", "id": 1}\n')
     assert _records(r.stdout) == [{"body": "a b", "id": 1}]
-    r = run_tdiff(["clean", "--jsonl"], input='{"body": "a"}\n')
+    r = run_cli(["clean", "--jsonl"], input='{"body": "a"}\n')
     assert r.returncode == 65 and b"<stdin>:1" in r.stderr and b"'text'" in r.stderr
 
 
 def test_cli_invalid_utf8_replaced_and_counted():
-    r = run_tdiff(["clean"], input=b"ok\n\xff\xfebad\nfine\n")
+    r = run_cli(["clean"], input=b"ok\n\xff\xfebad\nfine\n")
     assert r.returncode == 0
     assert [d["text"] for d in _records(r.stdout)] == ["ok", "\ufffd\ufffdbad", "fine"]
     err = r.stderr.decode()
@@ -237,48 +237,48 @@ def test_cli_invalid_utf8_replaced_and_counted():
 
 
 def test_cli_invalid_utf8_strict_is_error():
-    r = run_tdiff(["clean", "--strict"], input=b"ok\n\xff\xfebad\n")
+    r = run_cli(["clean", "--strict"], input=b"ok\n\xff\xfebad\n")
     assert r.returncode == 65
     assert b"<stdin>:2" in r.stderr and b"invalid UTF-8" in r.stderr
     assert b"Traceback" not in r.stderr
 
 
 def test_cli_malformed_jsonl_names_line():
-    r = run_tdiff(["clean", "--jsonl"], input='{"text": "a"}\n\n{"text": oops}\n')
+    r = run_cli(["clean", "--jsonl"], input='{"text": "a"}\n\n{"text": oops}\n')
     assert r.returncode == 65
     assert b"<stdin>:3" in r.stderr and b"malformed JSON" in r.stderr
     assert b"Traceback" not in r.stderr
 
 
 def test_cli_empty_input():
-    r = run_tdiff(["clean"], input=b"")
+    r = run_cli(["clean"], input=b"")
     assert r.returncode == 0 and r.stdout == b""
 
 
 def test_cli_missing_input_and_bad_usage(tmp_path):
-    r = run_tdiff(["clean", "-i", tmp_path / "nope.txt"])
+    r = run_cli(["clean", "-i", tmp_path / "nope.txt"])
     assert r.returncode == 66 and b"nope.txt" in r.stderr
-    r = run_tdiff(["clean", "--no-such-option"], input="x\n")
+    r = run_cli(["clean", "--no-such-option"], input="x\n")
     assert r.returncode == 2 and b"Traceback" not in r.stderr
-    assert run_tdiff(["clean", "--punct", "wide"], input="x\n").returncode == 2
-    assert run_tdiff(["clean", "--max-chars", "-1"], input="x\n").returncode == 2
-    r = run_tdiff(["clean", "--jsonl", "--paragraphs"], input="x\n")
+    assert run_cli(["clean", "--punct", "wide"], input="x\n").returncode == 2
+    assert run_cli(["clean", "--max-chars", "-1"], input="x\n").returncode == 2
+    r = run_cli(["clean", "--jsonl", "--paragraphs"], input="x\n")
     assert r.returncode == 2 and b"--paragraphs" in r.stderr
 
 
 def test_cli_config_file_and_flag_override(tmp_path):
     cfg = tmp_path / "clean.yaml"
     cfg.write_text("punct: full\nmax-chars: 12\n", encoding="utf-8")
-    r = run_tdiff(["clean", "--config", cfg], input=POEM.replace("，", ",") + "\n")
+    r = run_cli(["clean", "--config", cfg], input=POEM.replace("，", ",") + "\n")
     assert [d["text"] for d in _records(r.stdout)] == ["床前明月光，疑是地上霜。", "举头望明月，低头思故乡。"]
-    r = run_tdiff(["clean", "--config", cfg, "--punct", "keep"], input="你好,世界。\n")
+    r = run_cli(["clean", "--config", cfg, "--punct", "keep"], input="你好,世界。\n")
     assert _records(r.stdout) == [{"text": "你好,世界。"}]
 
 
 def test_cli_config_unknown_key_is_usage_error(tmp_path):
     cfg = tmp_path / "clean.yaml"
     cfg.write_text("punkt: full\n", encoding="utf-8")
-    r = run_tdiff(["clean", "--config", cfg], input="x\n")
+    r = run_cli(["clean", "--config", cfg], input="x\n")
     assert r.returncode == 2 and b"punkt" in r.stderr and b"Traceback" not in r.stderr
 
 
@@ -287,7 +287,7 @@ def test_cli_dump_config_prints_yaml(tmp_path):
 
     cfg = tmp_path / "clean.yaml"
     cfg.write_text("dedup: true\n", encoding="utf-8")
-    r = run_tdiff(["clean", "--config", cfg, "--dump-config", "--punct", "half", "--max-chars", "64"])
+    r = run_cli(["clean", "--config", cfg, "--dump-config", "--punct", "half", "--max-chars", "64"])
     assert r.returncode == 0, r.stderr
     conf = yaml.safe_load(r.stdout)
     assert conf["punct"] == "half" and conf["max_chars"] == 64 and conf["dedup"] is True
@@ -296,13 +296,13 @@ def test_cli_dump_config_prints_yaml(tmp_path):
 
 def test_cli_output_file_is_atomic(tmp_path):
     out = tmp_path / "out" / "clean.jsonl"
-    r = run_tdiff(["clean", "-o", out], input="a\nb\n")
+    r = run_cli(["clean", "-o", out], input="a\nb\n")
     assert r.returncode == 0 and r.stdout == b""
     assert _records(out.read_bytes()) == [{"text": "a"}, {"text": "b"}]
     assert os.listdir(out.parent) == ["clean.jsonl"]
     # a failing run leaves neither a partial output nor a temp file behind
     bad = tmp_path / "bad.jsonl"
-    r = run_tdiff(["clean", "--jsonl", "-o", bad], input='{"text": "a"}\n{broken\n')
+    r = run_cli(["clean", "--jsonl", "-o", bad], input='{"text": "a"}\n{broken\n')
     assert r.returncode == 65
     assert not bad.exists()
     assert sorted(os.listdir(tmp_path)) == ["out"]

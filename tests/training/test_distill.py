@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT, TINY, run_tdiff
+from conftest import ROOT, TINY, run_cli
 from tdiff.diffusion import distillation as dd
 from tdiff.diffusion.schedules import make_schedule
 from tdiff.diffusion.solvers import sample_consistency, time_grid
@@ -102,7 +102,7 @@ def students(work, tmp_path_factory):
     for method, extra in (("progressive", ["--from-steps", "4", "--to-steps", "1"]),
                           ("consistency", ["--from-steps", "8", "--to-steps", "2"])):
         path = d / f"{method}.safetensors"
-        r = run_tdiff(["distill", "-i", work / "ids.jsonl", "-m", work / "model.safetensors", "-o", path,
+        r = run_cli(["distill", "-i", work / "ids.jsonl", "-m", work / "model.safetensors", "-o", path,
                        "--method", method, *extra, "--max-steps", "25", "--batch-size", "16", "--lr", "3e-4",
                        "--warmup", "5", "--log", d / f"{method}.jsonl", "--log-every", "5", *DEV])
         assert r.returncode == 0, _err(r)
@@ -140,28 +140,28 @@ def test_consistency_student_gets_closer_to_the_teachers_ode(students):
 
 
 def test_sample_uses_the_students_steps_and_says_so(students):
-    r = run_tdiff(["sample", "-m", students["progressive"], "-n", "3", "--seed", "1"])
+    r = run_cli(["sample", "-m", students["progressive"], "-n", "3", "--seed", "1"])
     assert r.returncode == 0, _err(r)
     recs = [json.loads(line) for line in r.stdout.decode().splitlines()]
     assert len(recs) == 3 and all(x["steps"] == 1 and x["solver"] == "ddim" for x in recs)
     assert "progressive student distilled for 1 ddim steps (its defaults)" in _err(r)
-    r = run_tdiff(["sample", "-m", students["progressive"], "-n", "1", "--steps", "3"])
+    r = run_cli(["sample", "-m", students["progressive"], "-n", "1", "--steps", "3"])
     assert r.returncode == 0 and "not guaranteed" in _err(r)
     for steps in ("1", "2", "4"):                        # consistency: any step count, no warning
-        r = run_tdiff(["sample", "-m", students["consistency"], "-n", "2", "--steps", steps])
+        r = run_cli(["sample", "-m", students["consistency"], "-n", "2", "--steps", steps])
         assert r.returncode == 0, _err(r)
         assert "warning" not in _err(r)
         assert all(json.loads(x)["solver"] == "consistency" for x in r.stdout.decode().splitlines())
 
 
 def test_student_keeps_prompting(students, work):
-    r = run_tdiff(["sample", "-m", students["consistency"], "-n", "2", "--prompt", "春", "-q"])
+    r = run_cli(["sample", "-m", students["consistency"], "-n", "2", "--prompt", "春", "-q"])
     assert r.returncode == 0, _err(r)
     assert all(json.loads(x)["text"].startswith("春") for x in r.stdout.decode().splitlines())
 
 
 def test_eval_takes_students(students, work):
-    r = run_tdiff(["eval", "-m", students["consistency"], "--speed", "--repeats", "1", "-q"])
+    r = run_cli(["eval", "-m", students["consistency"], "--speed", "--repeats", "1", "-q"])
     assert r.returncode == 0, _err(r)
     speed = json.loads(r.stdout)["speed"]
     assert speed["solver"] == "consistency" and speed["steps"] == 2
@@ -169,13 +169,13 @@ def test_eval_takes_students(students, work):
 
 def test_teachers_that_cannot_teach_are_refused(students, work, tmp_path):
     base = ["distill", "-i", work / "ids.jsonl", "-o", tmp_path / "s.safetensors", "--max-steps", "1", *DEV]
-    r = run_tdiff(base + ["-m", students["consistency"]])
+    r = run_cli(base + ["-m", students["consistency"]])
     assert r.returncode == 65 and "cannot be a teacher" in _err(r) and "Traceback" not in _err(r)
-    r = run_tdiff(base + ["-m", students["progressive"], "--from-steps", "4", "--to-steps", "2"])
+    r = run_cli(base + ["-m", students["progressive"], "--from-steps", "4", "--to-steps", "2"])
     assert r.returncode == 2 and "--from-steps 4" in _err(r) and "distilled for 1 steps" in _err(r)
-    r = run_tdiff(base + ["-m", work / "vae.safetensors"])
+    r = run_cli(base + ["-m", work / "vae.safetensors"])
     assert r.returncode == 65 and "Traceback" not in _err(r)
-    r = run_tdiff(base + ["-m", work / "model.safetensors", "--from-steps", "6", "--to-steps", "4"])
+    r = run_cli(base + ["-m", work / "model.safetensors", "--from-steps", "6", "--to-steps", "4"])
     assert r.returncode == 2 and "power of two" in _err(r)
     assert not (tmp_path / "s.safetensors").exists()
 

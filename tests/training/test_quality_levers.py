@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, TINY, run_tdiff
+from conftest import ROOT, TINY, run_cli, run_tdiff
 
 
 from tdiff.diffusion.losses import decoder_cross_entropy, diffusion_loss
@@ -98,7 +98,7 @@ def test_x0_grad_keeps_the_graph_and_x0_error_is_reported():
 
 def test_train_with_adaptive_t_decoder_ce_and_size(work, tmp_path):
     out, log = tmp_path / "m.safetensors", tmp_path / "l.jsonl"
-    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out,
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out,
                    "--t-sampling", "adaptive", "--decoder-ce", "0.5", "--d-model", "64", "--n-layers", "2",
                    "--max-steps", "8", "--batch-size", "8", "--log", log, "--log-every", "1", *TINY])
     assert r.returncode == 0, r.stderr.decode()
@@ -115,14 +115,14 @@ def test_train_with_adaptive_t_decoder_ce_and_size(work, tmp_path):
     assert art.train["config"]["t_sampling"] == "adaptive" and art.train["config"]["decoder_ce"] == 0.5
     b = load_model(out)
     assert b.dit.config.d_model == 64
-    r = run_tdiff(["sample", "-m", out, "--num", "3", "--steps", "2", "--device", "cpu"])
+    r = run_cli(["sample", "-m", out, "--num", "3", "--steps", "2", "--device", "cpu"])
     assert r.returncode == 0 and len(r.stdout.decode().splitlines()) == 3
 
 
 @pytest.mark.parametrize("args", [["--t-sampling", "sometimes"], ["--decoder-ce", "-1"], ["--d-model", "-8"],
                                   ["--d-model", "30"], ["--n-layers", "-1"]])
 def test_bad_lever_options_exit_2(work, tmp_path, args):
-    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", tmp_path / "m",
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", tmp_path / "m",
                    "--max-steps", "1", *args, *TINY])
     assert r.returncode == 2, r.stderr.decode()
     assert b"Traceback" not in r.stderr
@@ -130,7 +130,7 @@ def test_bad_lever_options_exit_2(work, tmp_path, args):
 
 def test_train_vae_size_and_latent_noise(work, tmp_path):
     out = tmp_path / "v.safetensors"
-    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, "--d-model", "64",
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, "--d-model", "64",
                    "--n-layers", "1", "--latent-noise", "0.3", "--latent-dim", "8", "--max-steps", "3",
                    "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
@@ -138,7 +138,7 @@ def test_train_vae_size_and_latent_noise(work, tmp_path):
 
     cfg = load_artifact(out).config["vae"]
     assert (cfg["d_model"], cfg["n_layers"], cfg["latent_noise"], cfg["latent_dim"]) == (64, 1, 0.3, 8)
-    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out,
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out,
                    "--latent-noise", "-0.1", *TINY])
     assert r.returncode == 2 and b"--latent-noise" in r.stderr
 
@@ -172,7 +172,7 @@ def test_frontier_interpolates_at_the_real_entropy():
 
 def test_time_grid_warp_and_round_x0(work, tmp_path):
     out = tmp_path / "w.safetensors"
-    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out,
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", out,
                    "--t-sampling", "adaptive", "--max-steps", "4", "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
     from tdiff.formats.model import load_model
@@ -182,15 +182,15 @@ def test_time_grid_warp_and_round_x0(work, tmp_path):
     ts = time_grid(12, b.schedule, "warp", warp=b.timewarp)
     assert ts.shape == (13,) and float(ts[0]) == 1 and float(ts[-1]) == 0 and bool((ts.diff() < 0).all())
     for extra in (["--time-grid", "warp"], ["--round-x0"], ["--time-grid", "logsnr", "--round-x0"]):
-        r = run_tdiff(["sample", "-m", out, "--num", "2", "--steps", "3", "--device", "cpu", *extra])
+        r = run_cli(["sample", "-m", out, "--num", "2", "--steps", "3", "--device", "cpu", *extra])
         assert r.returncode == 0, r.stderr.decode()
         assert len(r.stdout.decode().splitlines()) == 2
     # a model trained with uniform t has no time warp: a clear usage error
     uni = tmp_path / "u.safetensors"
-    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", uni,
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", uni,
                    "--t-sampling", "uniform", "--max-steps", "1", "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
-    r = run_tdiff(["sample", "-m", uni, "--time-grid", "warp", "--device", "cpu"])
+    r = run_cli(["sample", "-m", uni, "--time-grid", "warp", "--device", "cpu"])
     assert r.returncode == 2 and b"--t-sampling adaptive" in r.stderr and b"Traceback" not in r.stderr
 
 
@@ -217,11 +217,11 @@ def test_round_x0_keeps_the_latents_of_text_the_vae_reconstructs(work):
 
 def test_train_vae_align_to_a_frozen_lm(work, tmp_path):
     lm, log = tmp_path / "lm", tmp_path / "v.jsonl"
-    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layers", "2",
+    r = run_cli(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layers", "2",
                    "--d-model", "32", "--n-heads", "2", "--max-steps", "2", "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
     out = tmp_path / "v.safetensors"
-    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, "--align", lm,
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, "--align", lm,
                    "--align-weight", "1.0", "--max-steps", "4", "--batch-size", "8", "--log", log,
                    "--log-every", "1", *TINY])
     assert r.returncode == 0, r.stderr.decode()
@@ -232,18 +232,18 @@ def test_train_vae_align_to_a_frozen_lm(work, tmp_path):
     art = load_artifact(out)
     assert not any(k.startswith(("probe", "vae.probe", "vae.vae")) for k in art.tensors)
     assert art.train["config"]["align"] == str(lm)
-    r = run_tdiff(["sample", "-m", work / "model.safetensors", "--num", "1", "--device", "cpu"])
+    r = run_cli(["sample", "-m", work / "model.safetensors", "--num", "1", "--device", "cpu"])
     assert r.returncode == 0
     # a language model over another tokenizer is refused before training starts
     other = tmp_path / "other.model"
-    r = run_tdiff(["tokenize", "--tokenizer", other, "--vocab-size", "300", "-i", work / "text.jsonl", "-o",
+    r = run_cli(["tokenize", "--tokenizer", other, "--vocab-size", "300", "-i", work / "text.jsonl", "-o",
                    tmp_path / "o.jsonl", "--quiet"])
     assert r.returncode == 0, r.stderr.decode()
-    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", other, "-o", tmp_path / "x.safetensors",
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", other, "-o", tmp_path / "x.safetensors",
                    "--align", lm, "--max-steps", "1", *TINY])
     assert r.returncode in (2, 65), r.stderr.decode()                     # ids outside it, or its LM refused
     assert b"Traceback" not in r.stderr
-    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "x.safetensors",
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "x.safetensors",
                    "--align", tmp_path / "missing", "--max-steps", "1", *TINY])
     assert r.returncode == 66, r.stderr.decode()
 
@@ -257,12 +257,12 @@ def test_train_vae_with_a_frozen_pretrained_encoder(work, tmp_path):
     from tdiff.files.artifacts import load_artifact
 
     lm = tmp_path / "lm"
-    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layers", "2",
+    r = run_cli(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", lm, "--n-layers", "2",
                    "--d-model", "32", "--n-heads", "2", "--max-len", "513", "--max-steps", "2", "--batch-size", "8",
                    *TINY])
     assert r.returncode == 0, r.stderr.decode()
     vae, log = tmp_path / "v.safetensors", tmp_path / "v.jsonl"
-    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", vae, "--encoder", lm,
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", vae, "--encoder", lm,
                    "--max-steps", "6", "--batch-size", "8", "--log", log, "--log-every", "1", *TINY])
     assert r.returncode == 0, r.stderr.decode()
     recs = [json.loads(line) for line in log.read_text().splitlines()]
@@ -275,17 +275,17 @@ def test_train_vae_with_a_frozen_pretrained_encoder(work, tmp_path):
         assert torch.equal(art.tensors[f"vae.encoder_lm.{k}"], ref[k].to(art.tensors[f"vae.encoder_lm.{k}"].dtype))
     assert not any(k.startswith("vae.encoder_lm.h.1.") for k in art.tensors)
     model = tmp_path / "m.safetensors"
-    r = run_tdiff(["train", "-i", work / "ids.jsonl", "--vae", vae, "-o", model, "--max-steps", "2",
+    r = run_cli(["train", "-i", work / "ids.jsonl", "--vae", vae, "-o", model, "--max-steps", "2",
                    "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
-    r = run_tdiff(["sample", "-m", model, "--num", "2", "--steps", "2", "--device", "cpu"])
+    r = run_cli(["sample", "-m", model, "--num", "2", "--steps", "2", "--device", "cpu"])
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr.decode()
     # an LM that cannot read the VAE's positions is refused before training, naming the option
     short = tmp_path / "short"
-    r = run_tdiff(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", short, "--n-layers", "1",
+    r = run_cli(["train-ar", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", short, "--n-layers", "1",
                    "--d-model", "32", "--n-heads", "2", "--max-len", "8", "--max-steps", "1", "--batch-size", "8", *TINY])
     assert r.returncode == 0, r.stderr.decode()
-    r = run_tdiff(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "x.safetensors",
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "x.safetensors",
                    "--encoder", short, "--max-steps", "1", *TINY])
     assert r.returncode == 2 and b"--encoder" in r.stderr and b"Traceback" not in r.stderr, r.stderr.decode()
 

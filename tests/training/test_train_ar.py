@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import head_lines, run_tdiff, shared_file
+from conftest import head_lines, run_cli, run_tdiff, shared_file
 
 # The machine is small and shared: one thread trains a 2×64 model faster than two contending ones.
 ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
@@ -16,7 +16,7 @@ SIZE = ["--n-layers", "2", "--d-model", "64", "--n-heads", "2"]
 
 
 def run_train_ar(args):
-    return run_tdiff(["train-ar", *args], env=ENV)
+    return run_cli(["train-ar", *args])
 
 
 @pytest.fixture(scope="module")

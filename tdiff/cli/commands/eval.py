@@ -9,7 +9,7 @@ import typer
 
 from tdiff.core import choices
 from tdiff.cli.commands import common
-from tdiff.evaluation.evaluate import NOISE_LEVELS, check_noise_levels  # torch-free module: --help stays fast
+from tdiff.evaluation.model_figures import NOISE_LEVELS, check_noise_levels  # torch-free module: --help stays fast
 
 MODES_HELP = ("--model with --data (held-out data), --samples (generated texts) or --speed with --model")
 
@@ -71,12 +71,13 @@ def eval_cmd(
 ):
     """Evaluate a model, its samples and its speed; print one JSON object of metrics (table on stderr)."""
     common.start(ctx)
+    import contextlib
     import json
     import time
 
-    from tdiff.evaluation import evaluate as E
-    from tdiff.core import log, memory
-    from tdiff.core.errors import UsageError
+    from tdiff.core import log
+    from tdiff.core.errors import NoInputError, UsageError
+    from tdiff.evaluation.report import evaluate_model, evaluate_samples, read_sample_inputs
 
     if data is None and samples is None and not speed:
         raise UsageError(f"nothing to evaluate: select a mode with {MODES_HELP}")
@@ -95,23 +96,13 @@ def eval_cmd(
     levels = _parse_levels(noise_levels)
 
     t_start = time.perf_counter()
-    result: dict = {}
     for opt, val in (("-m/--model", model), ("--data", data), ("--judge", judge), ("--train", train)):
         if val is not None and str(val) != "-" and not val.exists():
-            from tdiff.core.errors import NoInputError
-
             raise NoInputError(f"{opt} '{val}' does not exist")
     # Text inputs first: they are cheap, and a missing or malformed file fails before any model loads.
-    smp = refs = real_recs = None
+    texts = None
     if samples is not None:
-        smp = E.read_texts(samples, max_records=max_records, opt="--samples")
-        if not smp.texts:
-            from tdiff.core.errors import DataError
-
-            raise DataError(f"{smp.path}: no sample records")
-        if references is not None:
-            refs = E.read_texts(references, max_records=max_records, opt="--references")
-        real_recs = E.read_texts(real, max_records=max_records, opt="--real") if real is not None else refs
+        texts = read_sample_inputs(samples, references=references, real=real, max_records=max_records)
     dev = None
     if model is not None or judge is not None:
         from tdiff.core.device import resolve_device, resolve_dtype
@@ -119,111 +110,29 @@ def eval_cmd(
         dev = resolve_device(device)
         dtype = resolve_dtype(dtype, dev)
 
-    import contextlib
+    result: dict = {}
+    with contextlib.ExitStack() as bars:          # a progress line on a terminal: which stage is running
+        bar = bars.enter_context(log.progress())
+        task = bar.add_task("eval", total=None, unit=" stages done")
 
-    bars = contextlib.ExitStack()                 # a progress line on a terminal: which stage is running
-    bar = bars.enter_context(log.progress())
-    import atexit
+        def stage(name):
+            bar.update(task, description=f"eval: {name}")
 
-    atexit.register(bars.close)                   # an error below still ends the display cleanly
-    task = bar.add_task("eval", total=None, unit=" stages done")
-
-    def stage(name):
-        bar.update(task, description=f"eval: {name}")
-
-    if model is not None:
-        kind = E.model_kind(model)
-        if kind == "ar":
-            from tdiff.formats.ar_dir import load_ar
-
-            ar_model, ar_tok = load_ar(model, dev)
-            if data is not None:
-                seqs = E.read_heldout_ids(data, ar_tok.vocab_size, max_records)
-                stage("held-out perplexity")
-                result["perplexity"] = E.ar_perplexity(ar_model, seqs, dev, dtype)
-            if compile:
-                raise UsageError("--compile: diffusion models only, not a train-ar directory")
-            if speed:
-                _check_ar_memory(ar_model, batch_size, length, dev)
-                stage("speed")
-                with memory.out_of_memory_errors("try a smaller --batch-size"):
-                    result["speed"] = E.speed_ar(ar_model, ar_tok, dev, length=length, batch_size=batch_size,
-                                                 repeats=repeats, warmup=warmup_batches, seed=seed, dtype=dtype)
-        else:
-            from tdiff.formats.model import load_model, load_vae
-
-            bundle = load_model(model, dev, use_ema=not no_ema) if kind == "model" else None
-            if bundle is not None:
-                vae, tok = bundle.vae, bundle.tokenizer
-            else:
-                vae, tok, _ = load_vae(model, dev)
-            if data is not None:
-                seqs = E.read_heldout_ids(data, tok.vocab_size, max_records)
-                stage("held-out reconstruction and denoising")
-                result["reconstruction"] = E.reconstruction(vae, tok, seqs, dev, dtype)
-                if bundle is not None:
-                    result["denoising"] = E.denoising(bundle, seqs, dev, seed=seed, t_samples=t_samples, dtype=dtype)
-                    if levels:
-                        result["noise_levels"] = E.noise_levels(bundle, seqs, dev, levels, seed=seed, dtype=dtype)
-            if speed:
-                if bundle is None:
-                    raise UsageError(f"--speed: '{model}' is a VAE file, not a diffusion model")
-                if length and length != vae.config.max_len:
-                    log.warn(f"--length {length} ignored: this diffusion model samples a fixed "
-                             f"{vae.config.max_len} positions")
-                from tdiff.sampling.sample import SampleOptions, check_memory, sampling_plan
-
-                steps, solver, notes = sampling_plan(bundle, steps, solver)
-                for line in notes:
-                    (log.warn if line.startswith("warning: ") else log.info)(f"eval: {line.removeprefix('warning: ')}")
-                check_memory(bundle, SampleOptions(batch_size=batch_size), batch_size, dev)
-                stage("speed")
-                with memory.out_of_memory_errors("try a smaller --batch-size"):
-                    result["speed"] = E.speed_diffusion(bundle, dev, steps=steps, solver=solver,
-                                                        batch_size=batch_size, repeats=repeats, warmup=warmup_batches,
-                                                        seed=seed, dtype=dtype, compile=compile)
-
-    if smp is not None:
-        stage("samples")
-        real_texts = real_recs.texts if real_recs is not None else None
-        judge_model = judge_tok = None
-        if judge is not None:
-            from tdiff.formats.ar_dir import load_ar
-
-            judge_model, judge_tok = load_ar(judge, dev)
-        result["samples"] = E.sample_metrics(smp.texts, smp.ids, judge_tok, real_texts)
-        if smp.requests is not None:
-            result["control"] = E.control_metrics(smp.texts, smp.requests)
-        if classifier is not None:
-            result["labels"] = E.label_accuracy(smp.texts, smp.labels or [], classifier, where=smp.path)
-        if judge_model is not None:
-            result["judge"] = E.judge_metrics(judge_model, judge_tok, smp.texts, real_texts, seed=seed,
-                                              device=dev, dtype=dtype)
-        if train is not None:
-            result["memorization"] = E.memorization(smp, train)
-        if refs is not None:
-            result["references"] = E.reference_metrics(smp.texts, refs.texts)
-            if len(refs.texts) != len(smp.texts):
-                log.warn(f"{len(smp.texts)} samples but {len(refs.texts)} references: BLEU and ROUGE-L pair "
-                         f"the first {min(len(smp.texts), len(refs.texts))} in order")
-
-    bars.close()
+        if model is not None:
+            result.update(evaluate_model(model, dev, data=data, speed=speed, dtype=dtype, use_ema=not no_ema,
+                                         seed=seed, max_records=max_records, t_samples=t_samples, levels=levels,
+                                         steps=steps, solver=solver, batch_size=batch_size, length=length,
+                                         repeats=repeats, warmup_batches=warmup_batches, compile=compile,
+                                         stage=stage))
+        if texts is not None:
+            smp, refs, real_recs = texts
+            result.update(evaluate_samples(smp, dev, refs=refs, real_recs=real_recs, judge=judge, train=train,
+                                           classifier=classifier, seed=seed, dtype=dtype, stage=stage))
     from tdiff.files.streams import open_output
 
     with open_output(output) as out:
         out.write(json.dumps(_finite(result), ensure_ascii=False, allow_nan=False) + "\n")
     _show(result, time.perf_counter() - t_start)
-
-
-def _check_ar_memory(model, batch_size: int, length: int, device) -> None:
-    """--speed on an AR model: a UsageError naming --batch-size when its KV cache cannot fit DEVICE
-    (LENGTH new tokens; 0: 128 or what fits, as `evaluate.speed_ar` takes it)."""
-    from tdiff.core import memory
-
-    c = model.config
-    positions = 1 + min(length or 128, c.n_positions - 1)
-    memory.check_fits([(memory.kv_cache_bytes(batch_size, positions, c.n_embd, c.n_layer, c.vocab_size),
-                        "the keys and values of every position", f"--batch-size {batch_size}")], device)
 
 
 def _parse_levels(text: str) -> tuple:
