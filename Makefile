@@ -12,11 +12,12 @@ CORPUS     ?=
 DEMO_DIR   ?= demo
 SHARED     ?= ../shared
 
-.PHONY: install test test-latest lock demo lint bench clean-demo help
+.PHONY: install test test-all test-latest lock demo lint bench clean-demo help
 
 help:
 	@echo "make install   create $(VENV) and install tdiff (CPU torch by default; see TORCH_SPEC)"
-	@echo "make test      run the test suite"
+	@echo "make test      run the default test suite (at most 5 minutes on 2 cores)"
+	@echo "make test-all  the whole suite, the tests marked slow included (what CI runs)"
 	@echo "make test-latest  the smoke tests on the newest release of every dependency (scratch venv)"
 	@echo "make lock      remake constraints.txt (the tested versions) from the newest releases"
 	@echo "make demo      run the pipeline end to end on a default corpus (CORPUS=path for your own)"
@@ -55,7 +56,11 @@ lock: test-latest
 	{ sed -n '1,3p' constraints.txt; sed 's/^\(torch==[0-9.]*\)+.*/\1/' $(LATEST_VENV)/versions.txt; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
+# The default suite (at most 5 minutes on 2 CPU cores); test-all adds the tests marked slow (CI runs it).
 test: install
+	$(BIN)/python -m pytest -m "not slow"
+
+test-all: install
 	$(BIN)/python -m pytest
 
 demo: install

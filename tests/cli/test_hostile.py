@@ -221,6 +221,7 @@ def _crafted(path: Path, header) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_directories_and_crafted_files(work, tmp_path):
     r = run_tdiff(["sample", "-m", tmp_path, "--device", "cpu"])
     one_line_error(r, 65, str(tmp_path))
@@ -318,6 +319,7 @@ def test_sigterm_during_sample_leaves_no_temp_and_stale_temps_are_removed(work, 
 # ---------------------------------------------------------------- cases that already held (kept so they stay so)
 
 
+@pytest.mark.slow
 def test_inputs_that_were_already_handled(work, tmp_path):
     r = run_tdiff(["clean", "--strict"], input=b"ok\n\xff\xfe bad\n")
     one_line_error(r, 65, "<stdin>:2")

@@ -31,6 +31,7 @@ def test_training_logs_and_lowers_loss(work):
     assert dit[-1]["step"] == 30 and {"loss", "mse", "x0_error", "grad_norm"} <= set(dit[-1])
 
 
+@pytest.mark.slow
 def test_denoiser_training_lowers_its_loss(work, tmp_path):
     """40 DiT steps at a fixed t distribution (uniform: the adaptive warp moves batches towards the
     hard noise levels, which raises the logged loss as it learns): the last ten steps' mean loss is
@@ -122,6 +123,7 @@ def test_sample_head_closes_pipe_quietly(work):
     assert b"Traceback" not in r.stderr and b"Error" not in r.stderr
 
 
+@pytest.mark.slow
 def test_resume_after_kill(work, tmp_path):
     """Kill `tdiff train` mid-run; --resume continues from the last checkpoint."""
     out = tmp_path / "m.safetensors"
@@ -151,6 +153,7 @@ def test_resume_after_kill(work, tmp_path):
     assert steps[-5:] == list(range(step + 1, target + 1))  # continued from the checkpoint, not from 0
 
 
+@pytest.mark.slow
 @pytest.mark.latest
 def test_resume_is_exact(work, tmp_path):
     """Killed mid-run and resumed, `tdiff train` ends with the same weights as one uninterrupted run

@@ -39,6 +39,7 @@ def on_terminal(args, stdin=None):
     return p.returncode, out, shown.decode("utf-8", "replace")
 
 
+@pytest.mark.slow
 def test_train_and_sample_show_bars_on_a_terminal_only(work, tmp_path):
     args = ["train", "-i", work / "ids.jsonl", "--vae", work / "vae.safetensors", "-o", tmp_path / "m.safetensors",
             "--max-steps", "3", "--batch-size", "8", "--preset", "tiny", "--device", "cpu"]

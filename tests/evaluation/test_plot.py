@@ -78,7 +78,7 @@ def test_bad_inputs(tmp_path):
 
 def test_missing_matplotlib_names_the_extra(tmp_path):
     good = _log(tmp_path / "a.jsonl", [1.0, 0.9])
-    code = ("import sys; sys.modules['matplotlib'] = None; from tdiff.cli import main; "
+    code = ("import sys; sys.modules['matplotlib'] = None; from tdiff.cli.main import main; "
             f"sys.argv = ['tdiff', 'plot', {str(good)!r}, '-o', {str(tmp_path / 'o.png')!r}]; main()")
     import subprocess
     import sys

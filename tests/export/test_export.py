@@ -248,6 +248,7 @@ def test_dtype_auto_follows_the_hardware(work):
     assert r.returncode == 0 and f"on cpu, {resolve_dtype('auto', cpu)}" in _err(r), _err(r)
 
 
+@pytest.mark.slow
 def test_compile_samples_what_eager_samples(work):
     from tdiff.sampling.compiled import compile_problem
 

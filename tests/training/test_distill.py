@@ -118,6 +118,7 @@ def _train_info(path):
     return art.kind, art.config, art.train
 
 
+@pytest.mark.slow
 def test_progressive_rounds_lower_their_loss(students):
     kind, config, train = _train_info(students["progressive"])
     assert kind == "student"
@@ -132,6 +133,7 @@ def test_progressive_rounds_lower_their_loss(students):
     assert {rec["round"] for rec in log} == {1, 2} and all(math.isfinite(rec["loss"]) for rec in log)
 
 
+@pytest.mark.slow
 def test_consistency_student_gets_closer_to_the_teachers_ode(students):
     kind, config, train = _train_info(students["consistency"])
     assert config["student"]["method"] == "consistency" and config["student"]["solver"] == "consistency"
@@ -139,6 +141,7 @@ def test_consistency_student_gets_closer_to_the_teachers_ode(students):
     assert r["heldout_after"] < r["heldout_before"], r
 
 
+@pytest.mark.slow
 def test_sample_uses_the_students_steps_and_says_so(students):
     r = run_cli(["sample", "-m", students["progressive"], "-n", "3", "--seed", "1"])
     assert r.returncode == 0, _err(r)
@@ -154,12 +157,14 @@ def test_sample_uses_the_students_steps_and_says_so(students):
         assert all(json.loads(x)["solver"] == "consistency" for x in r.stdout.decode().splitlines())
 
 
+@pytest.mark.slow
 def test_student_keeps_prompting(students, work):
     r = run_cli(["sample", "-m", students["consistency"], "-n", "2", "--prompt", "春", "-q"])
     assert r.returncode == 0, _err(r)
     assert all(json.loads(x)["text"].startswith("春") for x in r.stdout.decode().splitlines())
 
 
+@pytest.mark.slow
 def test_eval_takes_students(students, work):
     r = run_cli(["eval", "-m", students["consistency"], "--speed", "--repeats", "1", "-q"])
     assert r.returncode == 0, _err(r)
@@ -167,6 +172,7 @@ def test_eval_takes_students(students, work):
     assert speed["solver"] == "consistency" and speed["steps"] == 2
 
 
+@pytest.mark.slow
 def test_teachers_that_cannot_teach_are_refused(students, work, tmp_path):
     base = ["distill", "-i", work / "ids.jsonl", "-o", tmp_path / "s.safetensors", "--max-steps", "1", *DEV]
     r = run_cli(base + ["-m", students["consistency"]])
@@ -180,6 +186,7 @@ def test_teachers_that_cannot_teach_are_refused(students, work, tmp_path):
     assert not (tmp_path / "s.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_interrupted_distillation_resumes_exactly(work, tmp_path):
     """SIGINT in the second round, then --resume: the same student as an uninterrupted run (the
     round's teacher comes back from the checkpoint). Repeated up to three times on a mismatch, as

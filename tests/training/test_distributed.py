@@ -73,6 +73,7 @@ def reference(work, tmp_path_factory):
     return one
 
 
+@pytest.mark.slow
 def test_two_processes_are_one_run(work, tmp_path, reference):
     one, two = reference, tmp_path / "two.safetensors"
     r = _ok(torchrun(_train_args(work, two, 4)))
@@ -83,6 +84,7 @@ def test_two_processes_are_one_run(work, tmp_path, reference):
     assert r.stdout == b"" and b"Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_train_vae_two_processes_are_one_run(work, tmp_path):
     def args(out):
         return ["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", out, "--max-steps", "3",
@@ -95,6 +97,7 @@ def test_train_vae_two_processes_are_one_run(work, tmp_path):
     _same_weights(tmp_path / "v1.safetensors", tmp_path / "v2.safetensors")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first,then", [(2, 1), (1, 2)])
 def test_resume_across_world_sizes(work, tmp_path, reference, first, then):
     ref = reference
@@ -107,6 +110,7 @@ def test_resume_across_world_sizes(work, tmp_path, reference, first, then):
     _same_weights(ref, out)
 
 
+@pytest.mark.slow
 def test_the_defaults_are_shared_out(work, tmp_path):
     """The issue's command with no batch option (--batch-size 64 --grad-accum 1): the 2 processes share
     each batch as 2 micro-batches of 32, say so, and train exactly the run one process makes with
@@ -145,6 +149,7 @@ def _children(pid):
     return sorted(out)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("victim", [0, 1])
 def test_a_killed_rank_stops_the_run(work, tmp_path, victim):

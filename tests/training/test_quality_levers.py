@@ -248,6 +248,7 @@ def test_train_vae_align_to_a_frozen_lm(work, tmp_path):
     assert r.returncode == 66, r.stderr.decode()
 
 
+@pytest.mark.slow
 def test_train_vae_with_a_frozen_pretrained_encoder(work, tmp_path):
     """--encoder DIR: the LM's first half is copied into the VAE, never updated; the VAE trains,
     saves self-contained, and a DiT trains and samples on it."""
@@ -303,6 +304,7 @@ def test_text_ends_where_the_pads_begin_and_stray_pads_are_dropped():
     assert trim_ids([5, 3, 6, 3, 3, 7], tok, end_run=2) == [5, 6]
 
 
+@pytest.mark.slow
 def test_frontier_bench_end_to_end(work, tmp_path):
     """bench.quality.frontier on a tiny model and a tiny AR model: JSON with every point, the
     interpolated figure (or null), empties counted, seeds summarized."""

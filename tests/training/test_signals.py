@@ -51,6 +51,7 @@ def _differ(a, b) -> list[str]:
     return [k for k in a if k.startswith("dit") and not a[k].equal(b[k])]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_stops_training_with_its_exit_code_and_resume_is_exact(work, tmp_path, sig, code):
     """Interrupted at a random step, resumed: the final weights equal an uninterrupted run's.
@@ -82,6 +83,7 @@ def test_signal_stops_training_with_its_exit_code_and_resume_is_exact(work, tmp_
     raise AssertionError("resumed weights differ from an uninterrupted run's in 3 attempts: " + "; ".join(failures))
 
 
+@pytest.mark.slow
 def test_kill_9_during_train_vae_then_resume_is_exact(work, tmp_path):
     from tdiff.files.artifacts import load_artifact
 
