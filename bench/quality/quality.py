@@ -150,7 +150,7 @@ def main() -> None:
     ar_texts = [r["text"] for r in generate_ar(ar, ar_tok, args.num, batch_size=64, temperature=1.0,
                                                seed=args.seed, dtype=args.dtype)]
     sets["ar_baseline"] = scorer.score(ar_texts) | {"sample_s": round(time.perf_counter() - t0, 2)}
-    result["params"] = {"tdiff_vae_plus_dit": tdiff_params(bundle)["total"], "ar_baseline": n_params(ar),
+    result["parameters"] = {"tdiff_vae_plus_dit": tdiff_params(bundle)["total"], "ar_baseline": n_params(ar),
                         "judge": n_params(judge.model)}
 
     examples = {}

@@ -453,7 +453,7 @@ def main(argv=None) -> int:
                   "flops_per_sequence_gflop": {"ar": round(flops["ar"] / 1e9, 4)}
                   | {f"tdiff_{runner.solver}{s}": round(flops[s] / 1e9, 4) for s in args.steps},
                   "flops_by_op_batch1": {"ar": ar_ops} | {f"tdiff_{runner.solver}{s}": tdiff_ops[s] for s in args.steps}},
-        "params": {"tdiff": tp["total"],
+        "parameters": {"tdiff": tp["total"],
                    "tdiff_counted_as": "VAE (encoder + decoder) + DiT: the whole model",
                    "tdiff_sampling_path": tp["sampling_path"],
                    "tdiff_sampling_path_is": "DiT + VAE decoder (what sampling runs; the encoder is unused)",

@@ -90,7 +90,7 @@ def speed_diffusion(bundle, device, steps: int = 12, solver: str = "dpm", batch_
         else:
             warm.append(round(dt, 4))
     out = {"kind": "diffusion", "solver": solver, "steps": steps, "batch_size": batch_size, "length": length,
-           "repeats": repeats, "warmup": warmup, "warmup_s": warm, "dtype": dtype, "compile": compile,
+           "repeats": repeats, "warmup_batches": warmup, "warmup_s": warm, "dtype": dtype, "compile": compile,
            "device": str(device)}
     out.update(_timing(times, batch_size * length, generated))
     return out
@@ -118,7 +118,7 @@ def speed_ar(model, tok, device, length: int = 128, batch_size: int = 1, repeats
         if r >= warmup:
             times.append(dt)
             generated += int(out.shape[0] * (out.shape[1] - 1))
-    res = {"kind": "ar", "batch_size": batch_size, "length": length, "repeats": repeats, "warmup": warmup,
+    res = {"kind": "ar", "batch_size": batch_size, "length": length, "repeats": repeats, "warmup_batches": warmup,
            "dtype": dtype, "device": str(device)}
     res.update(_timing(times, batch_size * length, generated))
     return res

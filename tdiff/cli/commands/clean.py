@@ -7,7 +7,6 @@ write JSONL, print statistics on stderr.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from enum import Enum
 from pathlib import Path
@@ -95,30 +94,18 @@ def _input_bytes(path: str, counted: int) -> int:
 
 
 def _write(cleaner, records: Iterator[dict], field: str, output: str) -> float:
-    """Clean RECORDS into OUTPUT as JSONL (progress bar on a terminal); the seconds it took."""
+    """Clean RECORDS into OUTPUT as JSONL (progress bar on a terminal); the seconds it took. A reader
+    of stdout that goes away (`tdiff clean | head`) ends the command quietly (tdiff.cli.main)."""
     t0 = time.perf_counter()
-    try:
-        with open_output(output) as stream, log.progress() as bar:
-            task = bar.add_task("clean", total=None, unit=" records")
-            writer = JsonlWriter(stream, flush_every=256)
-            for rec in cleaner.records(records, field):
-                writer.write(rec)
-                if writer.count % _PROGRESS_EVERY == 0:
-                    bar.update(task, completed=cleaner.stats.records_in)
-            writer.flush()
-    except BrokenPipeError:
-        _quiet_broken_pipe()
+    with open_output(output) as stream, log.progress() as bar:
+        task = bar.add_task("clean", total=None, unit=" records")
+        writer = JsonlWriter(stream, flush_every=256)
+        for rec in cleaner.records(records, field):
+            writer.write(rec)
+            if writer.count % _PROGRESS_EVERY == 0:
+                bar.update(task, completed=cleaner.stats.records_in)
+        writer.flush()
     return time.perf_counter() - t0
-
-
-def _quiet_broken_pipe() -> None:
-    """The reader of stdout went away (`tdiff clean | head`): stop quietly."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-    raise typer.Exit(0)
 
 
 def clean(

@@ -12,7 +12,6 @@ worker processes (each loads the model once) and come back in input order.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 from enum import Enum
@@ -143,25 +142,12 @@ def tokenize(
             log.info(f"tokenize: trained {model_type} model '{tokenizer}' ({tok.vocab_size} pieces, "
                      f"pretokenize {tok.meta['pretokenize']}) in {time.time() - t0:.1f} s")
         t1 = time.time()
-        try:
-            with open_output(output) as out:
-                stats = run_stream(source, name, out, tok, decode=decode, keep_text=keep_text, jobs=jobs)
-        except BrokenPipeError:  # the reader went away (`tdiff tokenize ... | head`): stop quietly
-            _stdout_to_devnull()
-            raise typer.Exit(0)
+        with open_output(output) as out:               # a reader that goes away: tdiff.cli.main exits quietly
+            stats = run_stream(source, name, out, tok, decode=decode, keep_text=keep_text, jobs=jobs)
     finally:
         if tmp_copy:
             Path(tmp_copy).unlink(missing_ok=True)
     _summary(stats, decode, time.time() - t1)
-
-
-def _stdout_to_devnull() -> None:
-    """Python's 'Note on SIGPIPE': later flushes of stdout must not fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
 
 
 def _from_command_line(ctx: click.Context, param: str) -> bool:
