@@ -51,6 +51,15 @@ class DecodeStats:
         self.first_bad_line = 0
 
 
+def chomp(raw: bytes) -> bytes:
+    """RAW without its line ending (\n or \r\n)."""
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+    return raw
+
+
 def iter_lines(path, strict: bool = False, stats: DecodeStats | None = None) -> Iterator[tuple[int, str]]:
     """Yield (line_number, text) for each line of PATH, newline stripped.
 
@@ -61,10 +70,7 @@ def iter_lines(path, strict: bool = False, stats: DecodeStats | None = None) -> 
     name = display_name(path)
     try:
         for n, raw in enumerate(f, 1):
-            if raw.endswith(b"\n"):
-                raw = raw[:-1]
-                if raw.endswith(b"\r"):
-                    raw = raw[:-1]
+            raw = chomp(raw)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:

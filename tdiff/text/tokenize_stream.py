@@ -14,6 +14,7 @@ from typing import IO, Iterator, Optional
 
 from tdiff.core import log
 from tdiff.core.errors import DataError
+from tdiff.files.streams import chomp, parse_json
 
 BATCH_LINES = 1000
 BATCH_BYTES = 1 << 20
@@ -27,18 +28,12 @@ def _open_source(path) -> IO[bytes]:
 
 def parse_line(raw: bytes, n: int, name: str) -> Optional[dict]:
     """The JSON object on one raw line (None for a blank line); DataError naming NAME:N otherwise."""
-    if raw.endswith(b"\n"):
-        raw = raw[:-1]
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
     try:
-        line = raw.decode("utf-8")
+        line = chomp(raw).decode("utf-8")
     except UnicodeDecodeError as e:
         raise DataError(f"{name}:{n}: invalid UTF-8 at byte {e.start} (JSONL must be UTF-8; tdiff clean repairs text)") from None
     if not line.strip():
         return None
-    from tdiff.files.streams import parse_json
-
     return parse_json(line, n, name)
 
 
