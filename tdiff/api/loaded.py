@@ -39,6 +39,21 @@ def load(path, device: str = "cpu", *, ema: bool = True):
     return DiffusionModel(path, load_model(path, dev, use_ema=ema), dev)
 
 
+# The bounds of the sampling options, here and on the command line (`tdiff sample` takes its ranges
+# from this table): name -> (lowest, highest or None).
+RANGES = {"n": (1, 10_000_000), "batch_size": (1, 65_536), "steps": (1, 100_000), "eta": (0.0, 1.0),
+          "temperature": (0.0, 100.0), "length": (0, 1_000_000), "mask_len": (1, 100_000), "guidance": (0.0, 100.0),
+          "segments": (1, 1000), "overlap": (0, 100_000), "repetition_penalty": (1.0, 100.0), "top_k": (0, None),
+          "top_p": (0.0, 1.0)}
+
+
+def _check_ranges(**values) -> None:
+    """Each of VALUES within its RANGES (None: not given)."""
+    for name, value in values.items():
+        if value is not None:
+            _check_range(name, value, *RANGES[name])
+
+
 def _check_range(name: str, value, lo=None, hi=None) -> None:
     """The same bounds `tdiff sample` puts on its options, for a caller from Python."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
@@ -97,15 +112,9 @@ class DiffusionModel:
             generate_long
 
         temperature = 0.0 if temperature is None else temperature
-        for name, v, lo, hi in (("n", n, 1, 10_000_000), ("batch_size", batch_size, 1, 65_536), ("eta", eta, 0, 1),
-                                ("temperature", temperature, 0, 100), ("length", length, 0, 1_000_000),
-                                ("mask_len", mask_len, 1, 100_000), ("guidance", guidance, 0, 100),
-                                ("segments", segments, 1, 1000), ("overlap", overlap, 0, 100_000),
-                                ("repetition_penalty", repetition_penalty, 1, 100), ("top_k", top_k, 0, None),
-                                ("top_p", top_p, 0, 1)):
-            _check_range(name, v, lo, hi)
-        if steps is not None:
-            _check_range("steps", steps, 1, 100_000)
+        _check_ranges(n=n, batch_size=batch_size, steps=steps, eta=eta, temperature=temperature, length=length,
+                      mask_len=mask_len, guidance=guidance, segments=segments, overlap=overlap,
+                      repetition_penalty=repetition_penalty, top_k=top_k, top_p=top_p)
         if requests is not None and any(v is not None for v in (prompt, infill, edit)):
             raise UsageError("--input: the requests come from the file; drop --prompt/--infill/--edit")
         dtype = resolve_dtype(dtype, self.device)
@@ -189,7 +198,7 @@ class DiffusionModel:
         from tdiff.core.seeds import generator
         from tdiff.sampling.sample import SampleOptions, latents_to_ids, trim_ids
 
-        _check_range("temperature", temperature, 0, 100)
+        _check_ranges(temperature=temperature)
         opts = SampleOptions(temperature=temperature, seed=seed)
         ids = latents_to_ids(self.bundle, latents.to(self.device), opts, generator(seed, 0, "sample", self.device))
         return [self.tokenizer.decode(trim_ids(row, self.tokenizer)) for row in ids.cpu().tolist()]
@@ -249,17 +258,17 @@ class ARModel:
     def __repr__(self) -> str:
         return f"<tdiff ar {self.path} on {self.device}>"
 
-    def generate(self, n: int = 1, *, length: int = 0, temperature: float | None = None, top_k: int = 0, top_p: float = 1.0,
-                 prompt: str | None = None, batch_size: int = 16, seed: int = 0, dtype: str = "auto", **unused):
+    def generate(self, n: int = 1, *, length: int = 0, temperature: float | None = None, top_k: int = 0,
+                 top_p: float = 1.0, prompt: str | None = None, batch_size: int = 16, seed: int = 0,
+                 dtype: str = "auto", **unused):
         """Yield the records `tdiff sample` writes for a train-ar directory: transformers `generate` with
         the KV cache; LENGTH is at most this many new tokens (0: up to the model's positions); TEMPERATURE
         None is 1. Options of diffusion models only (infill, edit, requests, label, guidance, …) given a
         value other than their neutral one are a UsageError; steps, solver, eta, mask_len and overlap
         have no meaning here and are ignored."""
-        from tdiff.core import memory
         from tdiff.core.device import resolve_dtype
         from tdiff.sampling import control
-        from tdiff.sampling.ar import generate_ar
+        from tdiff.sampling.ar import check_memory, generate_ar
 
         unknown = set(unused) - set(DIFFUSION_ONLY) - IGNORED_BY_AR
         if unknown:
@@ -269,17 +278,12 @@ class ARModel:
         if given:
             raise UsageError(f"{', '.join(given)}: diffusion models only, not a train-ar directory")
         temperature = 1.0 if temperature is None else temperature
-        for name, v, lo, hi in (("n", n, 1, 10_000_000), ("batch_size", batch_size, 1, 65_536),
-                                ("temperature", temperature, 0, 100), ("length", length, 0, 1_000_000),
-                                ("top_k", top_k, 0, None), ("top_p", top_p, 0, 1)):
-            _check_range(name, v, lo, hi)
+        _check_ranges(n=n, batch_size=batch_size, temperature=temperature, length=length, top_k=top_k, top_p=top_p)
         text = control.literal(prompt, "--prompt") if prompt else None
         dtype = resolve_dtype(dtype, self.device)
         ids = self.tokenizer.encode(text) if text else None
-        c = self.model.config
-        positions = min(c.n_positions, 1 + len(ids or []) + (length or c.n_positions))
-        memory.check_fits([(memory.kv_cache_bytes(min(batch_size, n), positions, c.n_embd, c.n_layer, c.vocab_size),
-                            "the keys and values of every position", f"--batch-size {batch_size}")], self.device)
+        positions = min(self.model.config.n_positions, 1 + len(ids or []) + (length or self.model.config.n_positions))
+        check_memory(self.model, min(batch_size, n), positions, self.device, batch_size)
 
         def records():
             for rec in generate_ar(self.model, self.tokenizer, n, batch_size=batch_size, max_new_tokens=length,

@@ -124,7 +124,6 @@ def evaluate_samples(smp, device=None, *, refs=None, real_recs=None, judge=None,
 def _check_ar_memory(model, batch_size: int, length: int, device) -> None:
     """--speed on an AR model: a UsageError naming --batch-size when its KV cache cannot fit DEVICE
     (LENGTH new tokens; 0: 128 or what fits, as `speed.speed_ar` takes it)."""
-    c = model.config
-    positions = 1 + min(length or 128, c.n_positions - 1)
-    memory.check_fits([(memory.kv_cache_bytes(batch_size, positions, c.n_embd, c.n_layer, c.vocab_size),
-                        "the keys and values of every position", f"--batch-size {batch_size}")], device)
+    from tdiff.sampling.ar import check_memory
+
+    check_memory(model, batch_size, 1 + min(length or 128, model.config.n_positions - 1), device, batch_size)

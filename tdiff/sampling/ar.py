@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from tdiff.core import memory
 from tdiff.core.errors import UsageError
 from tdiff.core.seeds import derive_seed
 from tdiff.models.ar import _model_device, quiet_transformers
@@ -68,3 +69,11 @@ def generate_ar(model, tok, num: int, batch_size: int = 16, max_new_tokens: int 
             yield {"text": tok.decode(ids), "ids": ids, "index": done + i, "seed": seed}
         done += b
         k += 1
+
+
+def check_memory(model, batch: int, positions: int, device, batch_size: int) -> None:
+    """A UsageError naming --batch-size BATCH_SIZE when the KV cache of BATCH sequences of POSITIONS
+    positions cannot fit DEVICE's memory (tdiff/core/memory.py)."""
+    c = model.config
+    memory.check_fits([(memory.kv_cache_bytes(batch, positions, c.n_embd, c.n_layer, c.vocab_size),
+                        "the keys and values of every position", f"--batch-size {batch_size}")], device)

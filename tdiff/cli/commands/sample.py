@@ -8,6 +8,7 @@ from typing import Literal, Optional
 import typer
 
 from tdiff.core import choices
+from tdiff.api.loaded import RANGES as R
 from tdiff.cli.commands import common
 
 
@@ -16,19 +17,21 @@ def sample(
     model: Path = typer.Option(..., "--model", "-m",
                                help="Model from `tdiff train`, or a `tdiff train-ar` directory."),
     output: str = typer.Option("-", "--output", "-o", help="Output JSONL; - for stdout."),
-    num: int = typer.Option(1, "--num", "-n", min=1, max=10_000_000, help="Number of samples."),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, max=65_536, help="Samples generated together."),
-    steps: Optional[int] = typer.Option(None, "--steps", min=1, max=100_000,
+    num: int = typer.Option(1, "--num", "-n", min=R["n"][0], max=R["n"][1], help="Number of samples."),
+    batch_size: int = typer.Option(16, "--batch-size", min=R["batch_size"][0], max=R["batch_size"][1],
+                                   help="Samples generated together."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=R["steps"][0], max=R["steps"][1],
                                         help="Solver steps (any N ≥ 1: time is continuous). Default 12, or the "
                                              "steps a student was distilled for."),
     solver: Optional[Literal[choices.SOLVERS]] = typer.Option(
         None, "--solver", help="dpm (DPM-Solver++ 2M), ddim, ddpm (ancestral) or consistency (multistep consistency "
         "sampling, for consistency students). Default dpm, or a student's own."),
-    eta: float = typer.Option(0.0, "--eta", min=0.0, max=1.0, help="DDIM η (0: deterministic; 1: ancestral-like)."),
+    eta: float = typer.Option(0.0, "--eta", min=R["eta"][0], max=R["eta"][1],
+                              help="DDIM η (0: deterministic; 1: ancestral-like)."),
     temperature: Optional[float] = typer.Option(
-        None, "--temperature", min=0.0, max=100.0,
+        None, "--temperature", min=R["temperature"][0], max=R["temperature"][1],
         help="Decoding temperature (0: greedy). Default 0 for diffusion models (VAE logits), 1 for AR models."),
-    length: int = typer.Option(0, "--length", min=0, max=1_000_000,
+    length: int = typer.Option(0, "--length", min=R["length"][0], max=R["length"][1],
                                help="Diffusion models: exactly this many generated tokens (after --prompt, if any); "
                                     "AR models: at most this many new tokens. 0: the model chooses."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Continue this beginning (kept verbatim; \\[ and "
@@ -39,23 +42,28 @@ def sample(
     edit: Optional[str] = typer.Option(None, "--edit", help="Regenerate the [[…]] spans of this text, each with as "
                                        "many tokens as it holds; the rest is kept; \\[ and \\] are literal "
                                        "brackets."),
-    mask_len: int = typer.Option(8, "--mask-len", min=1, max=100_000, help="Tokens of a [MASK] without a number."),
+    mask_len: int = typer.Option(8, "--mask-len", min=R["mask_len"][0], max=R["mask_len"][1],
+                                 help="Tokens of a [MASK] without a number."),
     input: Optional[str] = typer.Option(None, "--input", "-i", help="Requests JSONL ({\"prompt\": …} or {\"text\": …, "
                                         "\"mask\": [[start, end], …]}, optional \"length\", \"label\"); - for stdin. "
                                         "Other fields pass through to the output."),
     label: Optional[str] = typer.Option(None, "--label", help="Generate text of this label (models trained with "
                                         "--label-field)."),
-    guidance: float = typer.Option(0.0, "--guidance", min=0.0, max=100.0, help="Classifier-free guidance weight "
-                                   "towards --label (0: plain conditional sampling)."),
-    segments: int = typer.Option(1, "--segments", min=1, max=1000, help="Write text longer than the model's window: "
-                                 "continue each sample this many windows, each new window given the last --overlap "
-                                 "tokens of the text so far."),
-    overlap: int = typer.Option(0, "--overlap", min=0, max=100_000, help="With --segments: tokens each new window is "
-                                "given (0: a quarter of the window)."),
-    repetition_penalty: float = typer.Option(1.0, "--repetition-penalty", min=1.0, max=100.0,
-                                             help="Lower the logits of tokens decoded elsewhere in the same "
-                                                  "sample (1: off)."),
-    top_k: int = typer.Option(0, "--top-k", min=0, help="Sample only among the k most likely tokens (0: off)."),
+    guidance: float = typer.Option(0.0, "--guidance", min=R["guidance"][0], max=R["guidance"][1],
+                                   help="Classifier-free guidance weight towards --label (0: plain conditional "
+                                        "sampling)."),
+    segments: int = typer.Option(1, "--segments", min=R["segments"][0], max=R["segments"][1],
+                                 help="Write text longer than the model's window: continue each sample this many "
+                                      "windows, each new window given the last --overlap tokens of the text so far."),
+    overlap: int = typer.Option(0, "--overlap", min=R["overlap"][0], max=R["overlap"][1],
+                                help="With --segments: tokens each new window is given (0: a quarter of the "
+                                     "window)."),
+    repetition_penalty: float = typer.Option(1.0, "--repetition-penalty", min=R["repetition_penalty"][0],
+                                             max=R["repetition_penalty"][1],
+                                             help="Lower the logits of tokens decoded elsewhere in the same sample "
+                                                  "(1: off)."),
+    top_k: int = typer.Option(0, "--top-k", min=R["top_k"][0],
+                              help="Sample only among the k most likely tokens (0: off)."),
     top_p: float = common.above(typer.Option(1.0, "--top-p", max=1.0, help="Nucleus sampling mass (1: off)."), 0.0),
     time_grid: Literal[choices.TIME_GRIDS] = typer.Option(
         "uniform", "--time-grid", help="Where the solver's steps fall: uniform in t, uniform in log-SNR, or "
