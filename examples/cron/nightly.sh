@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Nightly training under a time budget: resume the denoiser where last night stopped, then append
-# tonight's samples and metrics. One cosine schedule spans the nights (--lr-decay steps, the
-# default: TOTAL_STEPS is the whole schedule, MINUTES what one night may spend).
+# tonight's samples and metrics. One cosine schedule spans the nights (--lr-decay steps: TOTAL_STEPS
+# is the whole schedule, MINUTES what one night may spend; the default, budget, would anneal every night).
 #
 #   crontab -e
 #   15 2 * * *  cd /srv/tdiff && RUN=run examples/cron/nightly.sh >> run/nightly.log 2>&1
@@ -24,7 +24,7 @@ flock -n 9 || { echo "nightly: another run holds $RUN/.nightly.lock; skipping $N
 mkdir -p "$RUN/nights"
 echo "nightly $NIGHT: training up to $MINUTES min (schedule of $TOTAL_STEPS steps)" >&2
 $TDIFF train --config "$CONFIG" --resume --max-minutes "$MINUTES" --max-steps "$TOTAL_STEPS" \
-  -i "$RUN/ids.jsonl" --vae "$RUN/vae.safetensors" -o "$RUN/model.safetensors" --log "$RUN/dit.jsonl"
+  --lr-decay steps -i "$RUN/ids.jsonl" --vae "$RUN/vae.safetensors" -o "$RUN/model.safetensors" --log "$RUN/dit.jsonl"
 
 # tonight's samples (seeded by the date, so a rerun of the same night gives the same texts)
 SEED=$(printf '%s' "$NIGHT" | cksum | cut -d' ' -f1)

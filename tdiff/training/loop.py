@@ -54,10 +54,11 @@ class LoopConfig:
     max_minutes: float = field(default=0.0, metadata=_opt(
         "--max-minutes", "Stop after this many minutes (0: no limit); whichever of --max-steps and "
         "--max-minutes comes first ends training with a final checkpoint.", min=0.0))
-    lr_decay: str = field(default="steps", metadata=_opt(
-        "--lr-decay", "What the cosine decay runs over: steps (--max-steps only; one schedule over many "
-        "resumed runs, e.g. nightly cron jobs) or budget (whichever of --max-steps and --max-minutes ends "
-        "first; a resumed run finishes the decay in its own --max-minutes).", choices=LR_DECAYS))
+    lr_decay: str = field(default="budget", metadata=_opt(
+        "--lr-decay", "What the cosine decay runs over: budget (the default: whichever of --max-steps and "
+        "--max-minutes ends first, so a run stopped by the clock ends annealed; a resumed run finishes the "
+        "decay in its own --max-minutes) or steps (--max-steps only: one schedule over many resumed runs, "
+        "e.g. nightly cron jobs).", choices=LR_DECAYS))
     grad_accum: int = field(default=1, metadata=_opt(
         "--grad-accum", "Micro-batches accumulated per optimizer step.", min=1))
     clip: float = field(default=1.0, metadata=_opt(

@@ -72,7 +72,7 @@ def test_resumed_time_budget_continues_the_decay(tmp_path):
 
 def test_lr_decay_steps_ignores_the_clock(tmp_path):
     """--lr-decay steps: a run stopped by the clock ends near its peak rate (one schedule over many runs)."""
-    assert LoopConfig().lr_decay == "steps"                     # the default
+    assert LoopConfig().lr_decay == "budget"                    # the default anneals over the time budget
     tr = _toy_trainer(tmp_path, max_minutes=1.0 / 60, lr_decay="steps")
     tr.run()
     lrs = [json.loads(line)["lr"] for line in open(tmp_path / "m.jsonl")]
