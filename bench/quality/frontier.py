@@ -113,6 +113,78 @@ def merge_plot(paths: list[Path], out: Path, title: str, only: set[str] | None =
     plot({**merged, "runs": runs, "title": title}, out)
 
 
+def add_sampling_args(ap: argparse.ArgumentParser) -> None:
+    """The sampling options of a frontier sweep (knobs, sample count, seed, solver, dtype), shared by the
+    benchmarks that score systems this way (bench.quality.ar_minutes)."""
+    ap.add_argument("--tdiff-knob", default="top_p", choices=["top_p", "temperature"])
+    ap.add_argument("--tdiff-knobs", default="0,0.5,0.8,0.9,0.95,1.0", help="decoder top-p (or temperatures)")
+    ap.add_argument("--ar-knobs", default="0.7,0.85,1.0,1.15", help="AR sampling temperatures")
+    ap.add_argument("--num", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--solver", default="dpm")
+    ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--time-grid", default="uniform", help="tdiff: solver time grid (uniform|logsnr|warp)")
+    ap.add_argument("--round-x0", action="store_true", help="tdiff: snap x0 estimates through the VAE")
+
+
+def references(judge: Judge, real_path: Path, num: int, seed: int) -> tuple[dict, dict]:
+    """describe() of NUM held-out texts of REAL_PATH drawn with SEED, and of the same texts with their
+    characters shuffled (the q = 1 end)."""
+    from tdiff.evaluation.metrics import shuffle_chars
+
+    held = read_texts(real_path)
+    real = random.Random(seed).sample(held, min(num, len(held)))
+    return describe(real, judge), describe(shuffle_chars(real, seed=seed), judge)
+
+
+def sampling_plan(path: Path, own: str, steps: int, solver: str, cache: dict) -> tuple[int, str]:
+    """(steps, solver) of the tdiff model at PATH: OWN ("STEPS[:SOLVER]", may be empty) first, then a
+    `tdiff distill` student's own plan, then STEPS and SOLVER."""
+    from tdiff.formats.model import load_model
+    from tdiff.sampling.sample import sampling_plan as plan
+
+    if path not in cache:
+        cache[path] = load_model(path)
+    want_steps, _, want_solver = own.partition(":")
+    student = cache[path].kind == "student"
+    steps, solver, _ = plan(cache[path], int(want_steps) if want_steps else (None if student else steps),
+                            want_solver or (None if student else solver))
+    return steps, solver
+
+
+def score_system(name: str, path: Path, own: str, args: argparse.Namespace, judge: Judge, cache: dict,
+                 real: dict, shuffled: dict, examples: dict) -> dict:
+    """The frontier run of one system: PATH (a `train-ar` directory or a tdiff model, sampled with OWN
+    steps and solver, see `sampling_plan`) swept over its knobs of ARGS (`add_sampling_args`), each point
+    scored by JUDGE; its PPL and q at the entropy of REAL (q against REAL and SHUFFLED). The first five
+    texts of each point go into EXAMPLES."""
+    from tdiff.evaluation.metrics import q_position
+    from tdiff.formats.ar_dir import is_ar_dir
+
+    r_ppl, s_ppl, h_real = real["judge_ppl"], shuffled["judge_ppl"], real["char_entropy"]
+    ar = is_ar_dir(path)
+    steps, solver = (args.steps, args.solver) if ar else sampling_plan(path, own, args.steps, args.solver, cache)
+    knobs = [float(k) for k in (args.ar_knobs if ar else args.tdiff_knobs).split(",") if k]
+    points = []
+    for k in knobs:
+        t0 = time.perf_counter()
+        kw = {} if ar else {"time_grid": args.time_grid, "round_x0": args.round_x0}
+        texts = system_texts(path, k, args.num, args.seed, steps, solver, args.dtype, cache,
+                             args.tdiff_knob, **kw)
+        d = describe(texts, judge) | {"knob": k, "sample_s": round(time.perf_counter() - t0, 2)}
+        d["q"] = round(q_position(d["judge_ppl"], r_ppl, s_ppl), 4)
+        points.append(d)
+        examples.setdefault(f"{name} {path} knob {k:g}", texts[:5])
+        log(f"{name} {path} knob {k:g}: PPL {d['judge_ppl']:.1f} entropy {d['char_entropy']:.3f} "
+            f"(real {h_real:.3f}) length {d['mean_chars']} empty {d['empty']}")
+    ppl_at = at_entropy(points, h_real)
+    return {"system": name, "path": str(path), "kind": "ar" if ar else "tdiff", "points": points,
+            **({} if ar else {"steps": steps, "solver": solver}),
+            "ppl_at_real_entropy": None if ppl_at is None else round(ppl_at, 3),
+            "q_at_real_entropy": None if ppl_at is None else round(q_position(ppl_at, r_ppl, s_ppl), 4)}
+
+
 def main() -> None:
     if "--merge" in sys.argv:
         ap = argparse.ArgumentParser(description="plot several frontier.json files together")
@@ -127,66 +199,22 @@ def main() -> None:
     ap.add_argument("--judge", required=True, type=Path)
     ap.add_argument("--real", required=True, type=Path, help="held-out text JSONL ({'text': ...})")
     ap.add_argument("--system", action="append", default=[], help="NAME=PATH (repeat; same NAME = seeds)")
-    ap.add_argument("--tdiff-knob", default="top_p", choices=["top_p", "temperature"])
-    ap.add_argument("--tdiff-knobs", default="0,0.5,0.8,0.9,0.95,1.0", help="decoder top-p (or temperatures)")
-    ap.add_argument("--ar-knobs", default="0.7,0.85,1.0,1.15", help="AR sampling temperatures")
-    ap.add_argument("--num", type=int, default=256)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--solver", default="dpm")
-    ap.add_argument("--dtype", default="fp32")
-    ap.add_argument("--time-grid", default="uniform", help="tdiff: solver time grid (uniform|logsnr|warp)")
-    ap.add_argument("--round-x0", action="store_true", help="tdiff: snap x0 estimates through the VAE")
+    add_sampling_args(ap)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--title", default="")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args()
     set_threads(args.threads)
-    from tdiff.formats.ar_dir import is_ar_dir
-    from tdiff.evaluation.metrics import q_position, shuffle_chars
-
     judge = Judge(args.judge, args.dtype)
-    held = read_texts(args.real)
-    real = random.Random(args.seed).sample(held, min(args.num, len(held)))
+    real, shuffled = references(judge, args.real, args.num, args.seed)
     result = {"num": args.num, "seed": args.seed, "steps": args.steps, "solver": args.solver, "title": args.title,
               "tdiff_knob": args.tdiff_knob, "time_grid": args.time_grid, "round_x0": args.round_x0,
-              "real": describe(real, judge), "shuffled": describe(shuffle_chars(real, seed=args.seed), judge)}
-    r_ppl, s_ppl, h_real = result["real"]["judge_ppl"], result["shuffled"]["judge_ppl"], result["real"]["char_entropy"]
+              "real": real, "shuffled": shuffled}
     runs, cache, examples = [], {}, {}
     for spec in args.system:
         name, _, p = spec.partition("=")
         p, _, own = p.partition("@")
-        path = Path(p)
-        ar = is_ar_dir(path)
-        steps, solver = args.steps, args.solver
-        if not ar:
-            from tdiff.formats.model import load_model
-            from tdiff.sampling.sample import sampling_plan
-
-            if path not in cache:
-                cache[path] = load_model(path)
-            want_steps, _, want_solver = own.partition(":")
-            student = cache[path].kind == "student"
-            steps, solver, _ = sampling_plan(cache[path], int(want_steps) if want_steps else (None if student else steps),
-                                             want_solver or (None if student else solver))
-        knobs = [float(k) for k in (args.ar_knobs if ar else args.tdiff_knobs).split(",") if k]
-        points = []
-        for k in knobs:
-            t0 = time.perf_counter()
-            kw = {} if ar else {"time_grid": args.time_grid, "round_x0": args.round_x0}
-            texts = system_texts(path, k, args.num, args.seed, steps, solver, args.dtype, cache,
-                                 args.tdiff_knob, **kw)
-            d = describe(texts, judge) | {"knob": k, "sample_s": round(time.perf_counter() - t0, 2)}
-            d["q"] = round(q_position(d["judge_ppl"], r_ppl, s_ppl), 4)
-            points.append(d)
-            examples.setdefault(f"{name} {path} knob {k:g}", texts[:5])
-            log(f"{name} {path} knob {k:g}: PPL {d['judge_ppl']:.1f} entropy {d['char_entropy']:.3f} "
-                f"(real {h_real:.3f}) length {d['mean_chars']} empty {d['empty']}")
-        ppl_at = at_entropy(points, h_real)
-        runs.append({"system": name, "path": str(path), "kind": "ar" if ar else "tdiff", "points": points,
-                     **({} if ar else {"steps": steps, "solver": solver}),
-                     "ppl_at_real_entropy": None if ppl_at is None else round(ppl_at, 3),
-                     "q_at_real_entropy": None if ppl_at is None else round(q_position(ppl_at, r_ppl, s_ppl), 4)})
+        runs.append(score_system(name, Path(p), own, args, judge, cache, real, shuffled, examples))
     result["runs"] = runs
     summary = {}
     for name in dict.fromkeys(r["system"] for r in runs):
