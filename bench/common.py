@@ -103,7 +103,8 @@ def tdiff_params(bundle) -> dict:
     """Parameter counts of a tdiff bundle: VAE, its decoder, DiT, the whole model (VAE + DiT) and the
     sampling path (DiT + VAE decoder: the encoder is unused when sampling)."""
     vae, dit = bundle.vae, bundle.dit
-    dec = sum(n_params(m) for m in (vae.from_latent, vae.dec_blocks, vae.dec_norm, vae.lm_head))
+    dec = sum(n_params(m) for m in (vae.from_latent, vae.dec_blocks, vae.dec_norm, vae.lm_head,
+                                    *(getattr(vae, n) for n in ("ctx_emb", "ctx_blocks", "ctx_norm") if hasattr(vae, n))))
     return {"vae": n_params(vae), "vae_decoder": dec, "dit": n_params(dit),
             "total": n_params(vae) + n_params(dit), "sampling_path": n_params(dit) + dec}
 

@@ -193,5 +193,6 @@ def test_choices_match_the_registries():
     assert set(choices.SCHEDULES) == set(SCHEDULES)
     assert set(choices.SOLVERS) == set(SOLVERS)
     assert choices.TIME_GRIDS == TIME_GRIDS
+    assert choices.VAE_DECODERS == vae.DECODERS
     assert set(choices.TARGETS) == set(PREDICTION_KINDS)
     assert set(choices.PRESETS) == set(dit.PRESETS) == set(vae.PRESETS) == set(ar.PRESETS)

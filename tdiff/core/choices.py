@@ -17,4 +17,5 @@ EXPORT_FORMATS = ("safetensors", "export", "torchscript", "onnx")   # export.py
 T_SAMPLINGS = ("uniform", "adaptive")                # training/train_dit.py, diffusion/timewarp.py
 TIME_GRIDS = ("uniform", "logsnr", "warp")           # diffusion/solvers.py
 DISTILL_METHODS = ("progressive", "consistency")     # training/distill.py
+VAE_DECODERS = ("parallel", "contextual")         # models/vae.py (train-vae --decoder)
 CLASSIFIERS = ("snownlp",)                          # evaluate.py (label accuracy of guided samples)

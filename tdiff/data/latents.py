@@ -46,7 +46,8 @@ def latent_stats(vae, seqs, max_len, pad_id, device, batch_size=256):
 
 
 def reconstruction_metrics(vae, seqs, max_len, pad_id, device, batch_size=256) -> dict:
-    """Token accuracy (text positions and the end-of-text pad) and exact-match rate, decoding the posterior mean."""
+    """Token accuracy (text positions and the end-of-text pad) and exact-match rate, decoding the posterior
+    mean greedily (`TextVAE.decode_ids`: a contextual decoder free-running, not teacher-forced)."""
     import torch
 
     correct = total = exact = 0
@@ -56,7 +57,7 @@ def reconstruction_metrics(vae, seqs, max_len, pad_id, device, batch_size=256) -
             chunk = seqs[i:i + batch_size]
             ids = pad_batch(chunk, max_len, pad_id).to(device)          # (B, L)
             mu, _ = vae.encode(ids)                                    # (B, Lz, Dz)
-            pred = vae.decode(mu).argmax(-1)                           # (B, L)
+            pred = vae.decode_ids(mu)                                  # (B, L) greedy, token by token if contextual
             for b, s in enumerate(chunk):
                 n = min(len(s), max_len)
                 upto = min(n + 1, max_len)                             # text + the pad that ends it

@@ -16,6 +16,11 @@ Two training-time options change what the network sees:
   network learns prompting, infilling, editing and exact lengths. Known positions are left
   out of the loss.
 
+Block-causal denoisers (`DiTConfig.block_size` < the window; BD3-LM, Arriola et al. 2025, eq. 7 in
+latent space) draw one t per block — t is then (B, K) and α, σ are per position — and see the clean
+latents of earlier blocks (`DiT.forward_blocks`); the loss is the same mean over unknown positions,
+and the x0 error is also kept per block (what the time warp learns from).
+
 The schedule is never trained through this loss (α, σ are computed without gradient):
 the denoising loss alone would push every t towards low noise. A learned schedule gets
 its own term from :func:`tdiff.diffusion.schedules.vdm_variance_loss`, fed by the per-example
@@ -44,6 +49,7 @@ class LossTerms:
     alpha: torch.Tensor | None = None        # (B,) float64 α_t (with estimates=True)
     unknown: torch.Tensor | None = None      # (B, N, 1) 1 where the position was noised, 0 where known (estimates=True)
     x0_error: torch.Tensor | None = None     # (B,) mean ‖x̂0 − x0‖² per channel on unknown positions, detached (estimates=True)
+    x0_error_blocks: torch.Tensor | None = None   # (B, K) the same per block of a block-causal denoiser (estimates=True)
 
 
 def stratified_times(b: int, generator, device) -> torch.Tensor:
@@ -69,23 +75,36 @@ def diffusion_loss(dit, schedule, x0: torch.Tensor, *, target: str, generator, s
     """
     b, n, _ = x0.shape
     dev = x0.device
+    blocks = getattr(getattr(dit, "config", None), "block_causal", False)
+    k = -(-n // dit.config.block) if blocks else 1
     if t is None:
-        t = stratified_times(b, generator, dev)                          # (B,) float64
+        t = stratified_times(b * k, generator, dev)                      # (B·K,) float64
     else:
         t = t.to(device=dev, dtype=torch.float64)
+    if blocks:                                                           # (B, K): one time per block; a given
+        t = t.reshape(b, k) if t.numel() == b * k else t.reshape(b, 1).expand(b, k)   # (B,) puts every block at it
     with torch.no_grad():
-        alpha, sigma = schedule.alpha_sigma(t)                           # (B,) float64
+        alpha, sigma = schedule.alpha_sigma(t)                           # (B,) or (B, K) float64
     a32, s32 = alpha.float(), sigma.float()
+    if blocks:
+        bid = dit.block_ids(n, dev)                                      # (N,)
+        a32, s32 = a32[:, bid, None], s32[:, bid, None]                  # (B, N, 1) per position
     eps = torch.randn(x0.shape, generator=generator, device=dev)         # (B, N, D)
     x_t = add_noise(x0, eps, a32, s32)                                   # (B, N, D)
     x_t = merge(x_t, cond_x, cond_mask)                                  # known positions are clean
     tt = t.float()
+
+    def net(x, sc):
+        if blocks:
+            return dit.forward_blocks(x, tt, x0, self_cond=sc, label=label, cond_x=cond_x, cond_mask=cond_mask)
+        return dit(x, tt, self_cond=sc, label=label, cond_x=cond_x, cond_mask=cond_mask)
+
     self_cond = None
     if self_condition and torch.rand((), generator=generator, device=dev).item() < 0.5:
         with torch.no_grad():
-            p0 = dit(x_t.detach(), tt, self_cond=None, label=label, cond_x=cond_x, cond_mask=cond_mask)
+            p0 = net(x_t.detach(), None)
             self_cond = pred_to_x0(target, p0.float(), x_t.detach(), a32, s32).detach()
-    pred = dit(x_t, tt, self_cond=self_cond, label=label, cond_x=cond_x, cond_mask=cond_mask).float()  # (B, N, D)
+    pred = net(x_t, self_cond).float()                                    # (B, N, D)
     err = (pred - regression_target(target, x0, eps, a32, s32)) ** 2    # (B, N, D)
     w = (1 - cond_mask) if cond_mask is not None else torch.ones_like(err[..., :1])   # (B, N, 1) unknown
     mse = (err * w).sum((1, 2)) / (w.sum((1, 2)) * err.shape[-1]).clamp_min(1)       # (B,)
@@ -97,6 +116,11 @@ def diffusion_loss(dit, schedule, x0: torch.Tensor, *, target: str, generator, s
         with torch.no_grad():
             e0 = (x0_hat.detach() - x0) ** 2                             # (B, N, D)
             out.x0_error = (e0 * w).sum((1, 2)) / (w.sum((1, 2)) * e0.shape[-1]).clamp_min(1)   # (B,)
+            if blocks:
+                per_pos = (e0 * w).sum(2)                                # (B, N)
+                num = per_pos.new_zeros(b, k).index_add_(1, bid, per_pos)            # (B, K)
+                den = w[..., 0].new_zeros(b, k).index_add_(1, bid, w[..., 0]) * e0.shape[-1]   # (B, K)
+                out.x0_error_blocks = num / den.clamp_min(1)             # (B, K)
     if eps_error:
         with torch.no_grad():
             e2 = (pred_to_eps(target, pred.detach(), x_t.detach(), a32, s32) - eps) ** 2   # (B, N, D)

@@ -72,7 +72,8 @@ def check_noise_levels(levels) -> tuple:
 
 def noise_levels(bundle, seqs, device, levels=NOISE_LEVELS, seed: int = 0, dtype: str = "fp32") -> dict:
     """Where the denoiser adds information: for each noise level t, the held-out latents are noised to
-    x_t = α_t x0 + σ_t ε and decoded through the VAE two ways,
+    x_t = α_t x0 + σ_t ε and decoded greedily through the VAE (`TextVAE.decode_ids`: token by token for a
+    contextual decoder) two ways,
 
       naive     x_t / α_t, no network (what the noisy input alone already says),
       denoiser  the network's x0 estimate (one pass, no self-conditioning, no known span),
@@ -108,11 +109,11 @@ def noise_levels(bundle, seqs, device, levels=NOISE_LEVELS, seed: int = 0, dtype
                 t = torch.full((len(x0),), float(lvl), dtype=torch.float64, device=device)  # (B,)
                 terms = diffusion_loss(bundle.dit, bundle.schedule, x0, target=target, generator=g, t=t,
                                        estimates=True)
-                a = terms.alpha.to(x0.dtype)[:, None, None]                                 # (B, 1, 1)
+                a = terms.alpha.to(x0.dtype).reshape(len(x0), -1)[:, :1, None]             # (B, 1, 1); blocks alike
                 want = ids[i:i + SCORE_BATCH].to(device)                                    # (B, L)
                 keep = text[i:i + SCORE_BATCH].to(device)                                   # (B, L)
                 for which, z in (("naive", terms.x_t.float() / a), ("denoiser", terms.x0_hat.float())):
-                    pred = vae.decode(vae.denormalize(z)).argmax(-1)                        # (B, L)
+                    pred = vae.decode_ids(vae.denormalize(z))                               # (B, L) greedy
                     correct[which] += int(((pred == want) & keep).sum())
                 loss_sum += float(terms.mse.sum())
             acc = {k: v / max(1, n_tok) for k, v in correct.items()}

@@ -380,6 +380,12 @@ def export_model(model_path, out: Path, fmt: str, dtype: str, use_ema: bool = Tr
     check_target(out)                                      # before any work; checked again on the way in
     art = artifacts.load_artifact(model_path, expect=MODEL_KINDS)
     bundle = load_model(model_path, "cpu", use_ema=use_ema)
+    if fmt != "safetensors" and bundle.vae.config.decoder == "contextual":
+        raise UsageError(f"--format {fmt}: this model's VAE has the contextual decoder (token-by-token decoding), "
+                         "which the programs do not hold; use --format safetensors")
+    if fmt != "safetensors" and bundle.dit.config.block_causal:
+        raise UsageError(f"--format {fmt}: a block-causal model (train --block-size) is sampled block by block "
+                         "with a key/value cache, which the programs do not hold; use --format safetensors")
     sha = file_sha256(model_path)
     inputs = verification_inputs(bundle)
     refs = reference_outputs(bundle, inputs)

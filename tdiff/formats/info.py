@@ -5,7 +5,7 @@
   ar                                            a `tdiff train-ar` directory (tdiff/formats/ar_dir.py)
   export-dir                                    a `tdiff export` directory (its manifest)
   tokenizer                                     a SentencePiece model from `tdiff tokenize --model`
-with its parameter counts, window, tokenizer, schedule, training provenance (data fingerprint, steps,
+with its parameter counts, window, VAE decoder (parallel | contextual), tokenizer, schedule, training provenance (data fingerprint, steps,
 minutes, seed, the tdiff version that wrote it) and sha256.
 """
 
@@ -43,6 +43,13 @@ def _is_safetensors(p: Path) -> bool:
             return 0 < n < 100_000_000 and f.read(1) == b"{"
     except OSError:
         return False
+
+
+def _decoder(vae: dict) -> dict:
+    """The VAE's latents-to-tokens decoder from its config: {"kind": parallel | contextual}, with the
+    contextual decoder's depth (a VAE file from before the choice has the parallel one)."""
+    kind = vae.get("decoder", "parallel")
+    return {"kind": kind, "ctx_layers": vae.get("ctx_layers")} if kind == "contextual" else {"kind": kind}
 
 
 def _tensor_counts(header: dict) -> dict:
@@ -98,9 +105,12 @@ def _describe_safetensors(p: Path) -> dict:
         out["window"] = {"tokens": vae.get("max_len"),
                          "latents": [vae["max_len"] // stride if isinstance(vae.get("max_len"), int) else None,
                                      vae.get("latent_dim")]}
+        out["decoder"] = _decoder(vae)
     if isinstance(config.get("dit"), dict):
         d = config["dit"]
         out["denoiser"] = {k: d.get(k) for k in ("d_model", "n_layers", "n_heads", "num_labels") if k in d}
+        # block-causal diffusion: latent positions per block (the window for the parallel model)
+        out["denoiser"]["block_size"] = d.get("block_size") or d.get("max_len")
     if isinstance(config.get("schedule"), dict):
         out["schedule"] = config["schedule"].get("name")
     if isinstance(config.get("diffusion"), dict):

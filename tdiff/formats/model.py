@@ -375,18 +375,24 @@ class Bundle:
         editing and exact lengths."""
         return bool(self.diffusion.get("known_spans", False))
 
-    def x0_estimate(self, x_t, t, self_cond=None, label=None, cond_x=None, cond_mask=None, round_x0=False):
+    def x0_estimate(self, x_t, t, self_cond=None, label=None, cond_x=None, cond_mask=None, round_x0=False,
+                    start: int = 0, cache=None):
         """Network output → x0 estimate. x_t (B, N, D); t float (B,) in [0, 1]. The network sees
         the clean known latents at known positions (`spans.merge`, as in training), and they are
         the estimate there. With ROUND_X0 the estimate is snapped through the VAE (`round_x0`)
-        before known positions are restored."""
+        before known positions are restored. With CACHE (a block-causal denoiser's keys/values of
+        the finished blocks, `DiT.extend_cache`) x_t is the one block at latent positions START…."""
         from tdiff.diffusion.process import pred_to_x0
         from tdiff.diffusion.spans import merge
 
         x_t = merge(x_t, cond_x, cond_mask)                             # (B, N, D)
         alpha, sigma = self.schedule.alpha_sigma(t.double())           # (B,), float64
         tt = t.to(x_t.dtype)
-        pred = self.dit(x_t, tt, self_cond=self_cond, label=label, cond_x=cond_x, cond_mask=cond_mask)
+        if cache is None:
+            pred = self.dit(x_t, tt, self_cond=self_cond, label=label, cond_x=cond_x, cond_mask=cond_mask)
+        else:
+            pred = self.dit.forward_cached(x_t, tt, start, cache, self_cond=self_cond, label=label, cond_x=cond_x,
+                                           cond_mask=cond_mask)
         x0 = pred_to_x0(self.diffusion["target"], pred.to(x_t.dtype), x_t,
                         alpha.to(x_t.dtype), sigma.to(x_t.dtype))
         if round_x0:
@@ -401,9 +407,11 @@ class Bundle:
         ids = vae.decode(vae.denormalize(x0)).argmax(-1)                  # (B, L)
         return vae.normalize(vae.encode(ids)[0]).to(x0.dtype)             # (B, N, D)
 
-    def denoiser(self, label=None, cond_x=None, cond_mask=None, round_x0: bool = False, guidance: float = 0.0):
+    def denoiser(self, label=None, cond_x=None, cond_mask=None, round_x0: bool = False, guidance: float = 0.0,
+                 start: int = 0, cache=None):
         """A solver's `denoise(x_t, t)` closure; carries the self-conditioning state between steps.
-        With ROUND_X0 every x0 estimate is snapped through the VAE (`round_x0`).
+        With ROUND_X0 every x0 estimate is snapped through the VAE (`round_x0`). START and CACHE: one
+        block of a block-causal denoiser (`x0_estimate`; with guidance the cache holds 2B rows).
 
         With LABEL (B,) and GUIDANCE w > 0: classifier-free guidance (Ho & Salimans 2022, eq. 6,
         written for x0): x̂0 = x̂0(label) + w·(x̂0(label) − x̂0(null)), the two branches run as one
@@ -422,8 +430,8 @@ class Bundle:
 
         if not guidance or label is None:
             def denoise(x_t, t):
-                x0 = self.x0_estimate(x_t, t, self_cond=previous(x_t),
-                                      label=label, cond_x=cond_x, cond_mask=cond_mask, round_x0=round_x0)
+                x0 = self.x0_estimate(x_t, t, self_cond=previous(x_t), label=label, cond_x=cond_x,
+                                      cond_mask=cond_mask, round_x0=round_x0, start=start, cache=cache)
                 state["prev"] = x0
                 return x0
 
@@ -435,8 +443,8 @@ class Bundle:
 
         def guided(x_t, t):
             x2 = two(x_t)                                                     # (2B, N, D)
-            x0 = self.x0_estimate(x2, two(t), self_cond=previous(x2),
-                                  label=labels2, cond_x=cond_x2, cond_mask=cond_mask2, round_x0=round_x0)
+            x0 = self.x0_estimate(x2, two(t), self_cond=previous(x2), label=labels2, cond_x=cond_x2,
+                                  cond_mask=cond_mask2, round_x0=round_x0, start=start, cache=cache)
             state["prev"] = x0                                                # (2B, N, D): one state per branch
             x0_c, x0_u = x0.chunk(2)                                          # (B, N, D) each
             return x0_c + guidance * (x0_c - x0_u)

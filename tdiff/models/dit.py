@@ -21,6 +21,14 @@ latents (B, N, C) instead of image patches:
   diffusion process code (tdiff/diffusion), not here: network ≠ process.
 
 There is no padding mask: latent sequences are fixed length and pads are part of the text.
+
+Block-causal mode (`block_size` B < max_len; Arriola et al. 2025, "Block Diffusion", BD3-LM, §3,
+in latent space): the N positions form ⌈N/B⌉ blocks, each noised at its own time t_k. A noisy block
+attends to itself and to the *clean* blocks before it; `forward_blocks` trains every block in one
+pass over the 2N-token sequence [x_t ; x0] under the mask of BD3-LM's eq. 6 (noisy↔same noisy
+block, noisy→earlier clean blocks, clean→clean blocks up to its own), and sampling runs block by
+block: `forward_cached` denoises one block against the keys/values of the finished blocks, which
+`extend_cache` appends (their clean latents at t = 0). B = max_len is the fully parallel model.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ class DiTConfig:
     rope_base: float = 10000.0
     time_freq_dim: int = 256       # sinusoidal timestep features
     time_scale: float = 1000.0     # t ∈ [0, 1] is embedded as t · time_scale
+    block_size: int = 0            # latent positions per block of block-causal diffusion; 0: max_len (parallel)
 
     def __post_init__(self):
         def need(ok, field, problem):
@@ -72,6 +81,17 @@ class DiTConfig:
         need(self.time_freq_dim >= 2 and self.time_freq_dim % 2 == 0, "time_freq_dim",
              f"must be even and >= 2, got {self.time_freq_dim}")
         need(self.time_scale > 0, "time_scale", f"must be > 0, got {self.time_scale}")
+        need(0 <= self.block_size <= self.max_len, "block_size",
+             f"must be in 1..max_len ({self.max_len}) (or 0: max_len), got {self.block_size}")
+
+    @property
+    def block(self) -> int:
+        """Latent positions per block (max_len for the fully parallel model)."""
+        return self.block_size or self.max_len
+
+    @property
+    def block_causal(self) -> bool:
+        return self.block < self.max_len
 
     @property
     def in_channels(self) -> int:
@@ -122,12 +142,20 @@ class DiTBlock(nn.Module):
         # The SiLU of DiT's adaLN_modulation is applied once to c by the caller.
         self.adaLN = nn.Linear(d_model, 6 * d_model)
 
-    def forward(self, x: torch.Tensor, c_act: torch.Tensor, rope) -> torch.Tensor:
-        """x (B, N, D); c_act = SiLU(conditioning) (B, D); rope = (cos, sin)."""
-        shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = self.adaLN(c_act)[:, None, :].chunk(6, dim=-1)  # (B, 1, D)
-        x = x + gate_a * self.drop(self.attn(modulate(self.norm1(x), shift_a, scale_a), rope))  # (B, N, D)
+    def forward(self, x: torch.Tensor, c_act: torch.Tensor, rope, *, index: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, past=None, keep_kv: bool = False):
+        """x (B, N, D); c_act = SiLU(conditioning) (B, D), or (B, K, D) with INDEX (N,) naming each
+        position's row of it (per-block times); rope = (cos, sin) of x's positions; MASK (N, P + N)
+        bool, True = may attend; PAST = (k, v) (B, nh, P, hd) of earlier positions. Returns x, or
+        (x, (k, v) of x's positions) with KEEP_KV."""
+        mod = self.adaLN(c_act)                                   # (B, 6D) or (B, K, 6D)
+        mod = mod[:, None, :] if index is None else mod[:, index]  # (B, 1 or N, 6D)
+        shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = mod.chunk(6, dim=-1)  # (B, 1 or N, D)
+        a = self.attn.attend(modulate(self.norm1(x), shift_a, scale_a), rope, mask=mask, past=past, keep_kv=keep_kv)
+        a, kv = a if keep_kv else (a, None)
+        x = x + gate_a * self.drop(a)  # (B, N, D)
         x = x + gate_m * self.drop(self.mlp(modulate(self.norm2(x), shift_m, scale_m)))  # (B, N, D)
-        return x
+        return (x, kv) if keep_kv else x
 
 
 class FinalLayer(nn.Module):
@@ -139,8 +167,9 @@ class FinalLayer(nn.Module):
         self.adaLN = nn.Linear(d_model, 2 * d_model)
         self.linear = nn.Linear(d_model, out_dim)
 
-    def forward(self, x: torch.Tensor, c_act: torch.Tensor) -> torch.Tensor:
-        shift, scale = self.adaLN(c_act)[:, None, :].chunk(2, dim=-1)  # (B, 1, D)
+    def forward(self, x: torch.Tensor, c_act: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        mod = self.adaLN(c_act)
+        shift, scale = (mod[:, None, :] if index is None else mod[:, index]).chunk(2, dim=-1)  # (B, 1 or N, D)
         return self.linear(modulate(self.norm(x), shift, scale))  # (B, N, C)
 
 
@@ -183,7 +212,7 @@ class DiT(nn.Module):
     def forward(self, x_t: torch.Tensor, t, *, self_cond: torch.Tensor | None = None,
                 label: torch.Tensor | None = None, cond_x: torch.Tensor | None = None,
                 cond_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Raw network output (B, N, C), in x_t's dtype.
+        """Raw network output (B, N, C), in x_t's dtype; every position attends to every other.
 
         x_t (B, N, C) noisy latents; t (B,) or scalar, continuous in [0, 1];
         self_cond (B, N, C) previous x0 estimate or None (zeros);
@@ -191,11 +220,23 @@ class DiT(nn.Module):
         cond_x (B, N, C) clean latents of the known positions (other positions are ignored);
         cond_mask (B, N, 1) or (B, N), 1 where the position is known; None = nothing known.
         """
-        c = self.config
         B, N, _ = x_t.shape
-        if c.abs_pos and N > c.max_len:
-            raise ValueError(f"latent sequence of {N} positions exceeds the model's max_len {c.max_len}")
-        dtype = self.in_proj.weight.dtype
+        h = self.embed(x_t, 0, self_cond=self_cond, cond_x=cond_x, cond_mask=cond_mask)  # (B, N, D)
+        c_act = F.silu(self.conditioning(t, label, B, x_t.device))  # (B, D), shared by every adaLN
+        rope = rotary_cos_sin(N, self.head_dim, self.config.rope_base, x_t.device)
+        for blk in self.blocks:
+            h = blk(h, c_act, rope)  # (B, N, D)
+        return self.final(h, c_act).to(x_t.dtype)  # (B, N, C)
+
+    # ------------------------------------------------------------ pieces shared by the three forwards
+
+    def embed(self, x_t: torch.Tensor, start: int, *, self_cond=None, cond_x=None, cond_mask=None) -> torch.Tensor:
+        """Input channels of x_t (B, T, C) at latent positions start..start+T → (B, T, D), with the
+        absolute position embedding added."""
+        c = self.config
+        B, T, _ = x_t.shape
+        if c.abs_pos and start + T > c.max_len:
+            raise ValueError(f"latent sequence of {start + T} positions exceeds the model's max_len {c.max_len}")
         parts = [x_t]
         if c.self_condition:
             parts.append(torch.zeros_like(x_t) if self_cond is None else self_cond.to(x_t.dtype))
@@ -205,34 +246,113 @@ class DiT(nn.Module):
             if cond_mask is None:
                 if cond_x is not None:
                     raise ValueError("cond_x needs cond_mask (1 where a position is known)")
-                parts += [torch.zeros_like(x_t), x_t.new_zeros(B, N, 1)]
+                parts += [torch.zeros_like(x_t), x_t.new_zeros(B, T, 1)]
             else:
-                m = (cond_mask[..., None] if cond_mask.dim() == 2 else cond_mask).to(x_t.dtype)  # (B, N, 1)
+                m = (cond_mask[..., None] if cond_mask.dim() == 2 else cond_mask).to(x_t.dtype)  # (B, T, 1)
                 known = torch.zeros_like(x_t) if cond_x is None else cond_x.to(x_t.dtype) * m
                 parts += [known, m]
         elif cond_x is not None or cond_mask is not None:
             raise ValueError("cond_x/cond_mask given but the model was built with cond_channels=False")
-        h = self.in_proj(torch.cat(parts, dim=-1).to(dtype))  # (B, N, D)
+        h = self.in_proj(torch.cat(parts, dim=-1).to(self.in_proj.weight.dtype))  # (B, T, D)
         if self.pos_emb is not None:
-            h = h + self.pos_emb[:N]  # (B, N, D)
+            h = h + self.pos_emb[start:start + T]  # (B, T, D)
+        return h
 
-        t = torch.as_tensor(t, device=x_t.device).reshape(-1).expand(B)  # (B,): a scalar is broadcast
-        cond = self.t_mlp(timestep_embedding(t * c.time_scale, c.time_freq_dim).to(dtype))  # (B, D)
+    def embed_clean(self, x0: torch.Tensor, start: int) -> torch.Tensor:
+        """A clean block's input (B, T, D): x0 as x_t, as its own x0 estimate and as known latents
+        (mask 1): what a fully known span looks like to the network."""
+        ones = x0.new_ones(*x0.shape[:2], 1)
+        return self.embed(x0, start, self_cond=x0 if self.config.self_condition else None,
+                          cond_x=x0 if self.config.cond_channels else None,
+                          cond_mask=ones if self.config.cond_channels else None)
+
+    def conditioning(self, t, label, B: int, device) -> torch.Tensor:
+        """Time (and label) conditioning before the SiLU: t (B,), (B, K) or scalar → (B, D) or (B, K, D)."""
+        c = self.config
+        dtype = self.in_proj.weight.dtype
+        t = torch.as_tensor(t, device=device)
+        t = t.reshape(-1).expand(B) if t.dim() < 2 else t  # (B,) or (B, K): a scalar is broadcast
+        emb = timestep_embedding(t.reshape(-1) * c.time_scale, c.time_freq_dim).to(dtype)  # (B·K, F)
+        cond = self.t_mlp(emb).reshape(*t.shape, -1)  # (B, D) or (B, K, D)
         if self.label_emb is not None:
             if label is None:
-                label = torch.full((B,), c.num_labels, dtype=torch.long, device=x_t.device)
+                label = torch.full((B,), c.num_labels, dtype=torch.long, device=device)
             else:
-                label = torch.as_tensor(label, device=x_t.device).long().reshape(-1).expand(B)
+                label = torch.as_tensor(label, device=device).long().reshape(-1).expand(B)
                 label = torch.where(label < 0, torch.full_like(label, c.num_labels), label)
-            cond = cond + self.label_emb(label)  # (B, D)
+            lab = self.label_emb(label)  # (B, D)
+            cond = cond + (lab if cond.dim() == 2 else lab[:, None, :])
         elif label is not None:
             raise ValueError("label given but the model was built with num_labels=0")
-        c_act = F.silu(cond)  # (B, D), shared by every adaLN
+        return cond
 
-        rope = rotary_cos_sin(N, self.head_dim, c.rope_base, x_t.device)
+    def block_ids(self, n: int, device) -> torch.Tensor:
+        """Block index of each of N latent positions (N,) long."""
+        return torch.arange(n, device=device) // self.config.block
+
+    def block_mask(self, n: int, device) -> torch.Tensor:
+        """BD3-LM's training mask (eq. 6) over [noisy (N) ; clean (N)] → (2N, 2N) bool, True = may attend:
+        noisy→noisy of its own block, noisy→clean of earlier blocks, clean→clean of its block and earlier."""
+        b = self.block_ids(n, device)
+        same = b[:, None] == b[None, :]          # (N, N)
+        before = b[:, None] > b[None, :]         # (N, N) key block strictly earlier
+        upto = b[:, None] >= b[None, :]          # (N, N)
+        top = torch.cat([same, before], dim=1)   # (N, 2N) noisy queries
+        bottom = torch.cat([torch.zeros_like(same), upto], dim=1)  # (N, 2N) clean queries
+        return torch.cat([top, bottom], dim=0)   # (2N, 2N)
+
+    # ------------------------------------------------------------ block-causal diffusion
+
+    def forward_blocks(self, x_t: torch.Tensor, t: torch.Tensor, x0: torch.Tensor, *, self_cond=None,
+                       label=None, cond_x=None, cond_mask=None) -> torch.Tensor:
+        """Vectorised training of every block at once (BD3-LM §3.2): raw output (B, N, C) for the noisy
+        blocks x_t (B, N, C), block k noised at time t[:, k] (t (B, K)), each seeing the clean latents
+        x0 (B, N, C) of the blocks before it. Other arguments as `forward`."""
+        B, N, _ = x_t.shape
+        K = t.shape[1]
+        h = torch.cat([self.embed(x_t, 0, self_cond=self_cond, cond_x=cond_x, cond_mask=cond_mask),
+                       self.embed_clean(x0, 0)], dim=1)  # (B, 2N, D)
+        t_all = torch.cat([t, t.new_zeros(B, 1)], dim=1)  # (B, K + 1): the blocks' times, then t = 0
+        c_act = F.silu(self.conditioning(t_all, label, B, x_t.device))  # (B, K + 1, D)
+        b = self.block_ids(N, x_t.device)
+        index = torch.cat([b, torch.full_like(b, K)])  # (2N,) row of c_act of each position
+        cos, sin = rotary_cos_sin(N, self.head_dim, self.config.rope_base, x_t.device)
+        rope = (torch.cat([cos, cos]), torch.cat([sin, sin]))  # (2N, hd): a clean copy sits at its own position
+        mask = self.block_mask(N, x_t.device)
         for blk in self.blocks:
-            h = blk(h, c_act, rope)  # (B, N, D)
-        return self.final(h, c_act).to(x_t.dtype)  # (B, N, C)
+            h = blk(h, c_act, rope, index=index, mask=mask)  # (B, 2N, D)
+        return self.final(h[:, :N], c_act, index[:N]).to(x_t.dtype)  # (B, N, C)
+
+    def forward_cached(self, x_t: torch.Tensor, t, start: int, cache: list, *, self_cond=None, label=None,
+                       cond_x=None, cond_mask=None) -> torch.Tensor:
+        """Raw output (B, T, C) for one noisy block x_t (B, T, C) at latent positions start..start+T, at
+        time t (B,) or scalar, attending to itself and to CACHE: per layer the (k, v) of the clean
+        blocks before it (`extend_cache`; [] or Nones for the first block)."""
+        B, T, _ = x_t.shape
+        h = self.embed(x_t, start, self_cond=self_cond, cond_x=cond_x, cond_mask=cond_mask)  # (B, T, D)
+        c_act = F.silu(self.conditioning(t, label, B, x_t.device))  # (B, D)
+        rope = self._rope(start, T, x_t.device)
+        for i, blk in enumerate(self.blocks):
+            h = blk(h, c_act, rope, past=cache[i] if cache else None)  # (B, T, D)
+        return self.final(h, c_act).to(x_t.dtype)  # (B, T, C)
+
+    def extend_cache(self, x0: torch.Tensor, start: int, cache: list, label=None) -> list:
+        """CACHE with the clean block x0 (B, T, C) at positions start..start+T appended (t = 0; it
+        attends to the cached blocks and itself, as in `forward_blocks`). Returns the new cache."""
+        B, T, _ = x0.shape
+        h = self.embed_clean(x0, start)  # (B, T, D)
+        c_act = F.silu(self.conditioning(0.0, label, B, x0.device))  # (B, D)
+        rope = self._rope(start, T, x0.device)
+        out = []
+        for i, blk in enumerate(self.blocks):
+            past = cache[i] if cache else None
+            h, (k, v) = blk(h, c_act, rope, past=past, keep_kv=True)  # (B, T, D); (B, nh, T, hd)
+            out.append((k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)))
+        return out
+
+    def _rope(self, start: int, T: int, device):
+        cos, sin = rotary_cos_sin(start + T, self.head_dim, self.config.rope_base, device)
+        return cos[start:], sin[start:]  # (T, hd) each
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

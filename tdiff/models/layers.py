@@ -143,6 +143,30 @@ class Attention(nn.Module):
         y = y.to(qkv.dtype).transpose(1, 2).reshape(B, T, D)  # (B, T, D)
         return self.proj(y)
 
+    def attend(self, x: torch.Tensor, rope=None, *, mask: torch.Tensor | None = None, past=None,
+               keep_kv: bool = False):
+        """Attention of x (B, T, D) over PAST keys/values (k, v) (B, nh, P, hd) (already rotated; None:
+        none) and x's own, under MASK (T, P + T) bool (True = may attend; None: everything), rope =
+        (cos, sin) of x's T positions. Returns (B, T, D), or with KEEP_KV also x's (k, v)
+        (B, nh, T, hd) for a later call's PAST (a key/value cache; block-causal diffusion)."""
+        B, T, D = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)  # (B, T, 3, nh, hd)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
+        attn_dtype = torch.float32 if x.device.type == "cpu" else qkv.dtype
+        if rope is not None:
+            cos, sin = rope
+            q = apply_rotary(q, cos, sin, attn_dtype)
+            k = apply_rotary(k, cos, sin, attn_dtype)
+        q, k, v = q.to(attn_dtype), k.to(attn_dtype), v.to(attn_dtype)
+        own = (k, v)
+        if past is not None:
+            k = torch.cat([past[0].to(attn_dtype), k], dim=2)  # (B, nh, P + T, hd)
+            v = torch.cat([past[1].to(attn_dtype), v], dim=2)  # (B, nh, P + T, hd)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                           dropout_p=self.dropout if self.training else 0.0)  # (B, nh, T, hd)
+        y = self.proj(y.to(qkv.dtype).transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        return (y, own) if keep_kv else y
+
 
 def mlp_hidden(d_model: int, mlp_ratio: float, kind: str) -> int:
     """Hidden width: ratio·d for GELU; 2/3 of that for SwiGLU (same parameter count), rounded up to 32."""
@@ -200,3 +224,110 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.Embedding):
         nn.init.normal_(module.weight, mean=0.0, std=std)
+
+
+# ---------------------------------------------------------------- causal decoder with a memory
+
+def _attn_dtype(x: torch.Tensor, computed: torch.Tensor):
+    """The dtype attention runs in: float32 on CPU (see `Attention`), else the projections' dtype."""
+    return torch.float32 if x.device.type == "cpu" else computed.dtype
+
+
+class KVCache:
+    """Self-attention keys and values of the positions decoded so far, for token-by-token decoding:
+    one (B, nh, SIZE, hd) buffer each, allocated at the first append and filled one position at a time."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.k = self.v = None
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, start: int):
+        """Store K, V (B, nh, 1, hd) at position START; return the keys and values of positions
+        0..START, (B, nh, START + 1, hd) each."""
+        if self.k is None:
+            shape = tuple(k.shape[:2]) + (self.size, k.shape[-1])
+            self.k, self.v = k.new_empty(shape), v.new_empty(shape)  # (B, nh, SIZE, hd) each
+        self.k[:, :, start:start + 1] = k
+        self.v[:, :, start:start + 1] = v
+        return self.k[:, :, :start + 1], self.v[:, :, :start + 1]
+
+
+class CausalSelfAttention(nn.Module):
+    """Causal multi-head self-attention with rotary q/k (Vaswani et al. 2017), with a KV cache for
+    token-by-token decoding."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.n_heads, self.head_dim, self.dropout = n_heads, d_model // n_heads, dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, rope, start: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+        """x (B, T, D) at positions START..START+T-1; rope = (cos, sin) tables covering them. Without
+        CACHE: causal attention within x (START = 0). With one: x is one position (T = 1) attending to
+        itself and the cached positions before it. Returns (B, T, D)."""
+        B, T, D = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)  # (B, T, 3, nh, hd)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
+        dt = _attn_dtype(x, qkv)
+        cos, sin = rope[0][start:start + T], rope[1][start:start + T]  # (T, hd) each
+        q, k, v = apply_rotary(q, cos, sin, dt), apply_rotary(k, cos, sin, dt), v.to(dt)
+        if cache is not None:
+            k, v = cache.append(k, v, start)  # (B, nh, START + 1, hd) each
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None,
+                                           dropout_p=self.dropout if self.training else 0.0)  # (B, nh, T, hd)
+        return self.proj(y.to(qkv.dtype).transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention from the tokens to a memory of M positions. Rotary on both sides, the
+    memory at positions 0..M-1: the scores depend on the offset between a token and a memory
+    position, so a memory aligned with the tokens is easy to read at the token's own position."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.n_heads, self.head_dim, self.dropout = n_heads, d_model // n_heads, dropout
+        self.q = nn.Linear(d_model, d_model, bias=False)
+        self.kv = nn.Linear(d_model, 2 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+
+    def memory_kv(self, memory: torch.Tensor, rope):
+        """memory (B, M, D) -> rotary keys and values (B, nh, M, hd) each: computed once per decoding."""
+        B, M, _ = memory.shape
+        kv = self.kv(memory).view(B, M, 2, self.n_heads, self.head_dim)  # (B, M, 2, nh, hd)
+        k, v = kv.permute(2, 0, 3, 1, 4)  # (B, nh, M, hd) each
+        dt = _attn_dtype(memory, kv)
+        return apply_rotary(k, rope[0][:M], rope[1][:M], dt), v.to(dt)
+
+    def forward(self, x: torch.Tensor, memory_kv, rope, start: int = 0) -> torch.Tensor:
+        """x (B, T, D) at positions START..START+T-1; MEMORY_KV from `memory_kv`. Returns (B, T, D)."""
+        B, T, D = x.shape
+        qx = self.q(x)  # (B, T, D)
+        k, v = memory_kv
+        q = qx.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
+        q = apply_rotary(q, rope[0][start:start + T], rope[1][start:start + T], k.dtype)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)  # (B, nh, T, hd)
+        return self.proj(y.to(qx.dtype).transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+
+
+class CausalCrossBlock(nn.Module):
+    """Pre-norm decoder block: x + CausalSelfAttn(RMSNorm(x)), x + CrossAttn(RMSNorm(x), memory),
+    then x + MLP(RMSNorm(x)) (the Transformer decoder of Vaswani et al. 2017, pre-norm)."""
+
+    def __init__(self, d_model: int, n_heads: int, mlp_ratio: float = 4.0, mlp: str = "gelu",
+                 dropout: float = 0.0):
+        super().__init__()
+        self.norm1 = RMSNorm(d_model)
+        self.self_attn = CausalSelfAttention(d_model, n_heads, dropout=dropout)
+        self.norm2 = RMSNorm(d_model)
+        self.cross_attn = CrossAttention(d_model, n_heads, dropout=dropout)
+        self.norm3 = RMSNorm(d_model)
+        self.mlp = MLP(d_model, mlp_hidden(d_model, mlp_ratio, mlp), kind=mlp)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, memory_kv, rope, start: int = 0, cache: KVCache | None = None):
+        """x (B, T, D) at positions START..; MEMORY_KV from `cross_attn.memory_kv`; CACHE as in
+        `CausalSelfAttention`. Returns (B, T, D)."""
+        x = x + self.drop(self.self_attn(self.norm1(x), rope, start, cache))  # (B, T, D)
+        x = x + self.drop(self.cross_attn(self.norm2(x), memory_kv, rope, start))  # (B, T, D)
+        return x + self.drop(self.mlp(self.norm3(x)))  # (B, T, D)

@@ -35,6 +35,13 @@ Design choices (each one matters for the diffusion model that lives in this late
   reads the ids ([bos] + ids, tdiff pads mapped to the LM's pad) and a trainable linear layer maps
   its features into the VAE's encoder in place of the token embedding. The GPT-2 weights live in
   the VAE (frozen, `encoder_lm.*`), so the artifact stays self-contained.
+- Contextual decoder (`decoder="contextual"`; CoDAR, arXiv 2603.02547): the parallel decoder picks
+  each position's token on its own, and the choices do not agree with each other. A small causal
+  Transformer (`ctx_layers` blocks: causal self-attention, cross-attention to the parallel decoder's
+  final states, MLP; it shares `lm_head`) then decodes the tokens one by one, [bos] first
+  (`decode_tokens`). It is trained teacher-forced beside the parallel decoder, whose CE stays in the
+  loss (it shapes the latents and the memory), on latents noised by up to `ctx_noise` of each
+  channel's spread, so it holds up on the denoiser's output.
 - `latent_mean` / `latent_std` buffers (set by the trainer from data) normalise latents so the
   denoiser sees zero-mean unit-variance channels: `normalize(z)`, `denormalize(z)`.
   `encode` and `decode` work in the raw (unnormalised) latent space.
@@ -50,10 +57,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tdiff.data.token_ids import text_lengths  # noqa: F401  (re-exported: the decoded length)
-from tdiff.models.layers import (MAX_LAYERS, Block, RMSNorm, check_keys, check_transformer, init_weights, require,
-                                 rotary_cos_sin)
+from tdiff.models.decoding import filter_logits, penalize_seen
+from tdiff.models.layers import (MAX_LAYERS, Block, CausalCrossBlock, KVCache, RMSNorm, check_keys, check_transformer,
+                                 init_weights, require, rotary_cos_sin)
 
 LATENT_STRIDES = (1, 2, 4)
+DECODERS = ("parallel", "contextual")   # the latents-to-tokens decoders (VAEConfig.decoder)
 MAX_LEN = 65536      # tokens per sequence; a config asking for more is damaged, not a model
 # GPT2Config fields a frozen encoder is rebuilt from (stored in the VAE config), and their types.
 ENCODER_LM_FIELDS = {"vocab_size": int, "n_positions": int, "n_embd": int, "n_layer": int, "n_head": int,
@@ -88,6 +97,10 @@ class VAEConfig:
     logvar_init: float = -8.0      # initial posterior log-variance (bias of the logvar head)
     rope_base: float = 10000.0
     encoder_lm: Optional[dict] = None  # frozen GPT-2 encoder (GPT2Config fields), or None: token embedding
+    decoder: str = "parallel"      # parallel | contextual (an autoregressive decoder on the parallel one's states)
+    ctx_layers: int = 2            # blocks of the contextual decoder
+    ctx_noise: float = 0.5         # its training latents' noise: up to this, relative to the latent std
+    bos_id: int = 1                # the contextual decoder's first input token (the tokenizer's [bos])
 
     def __post_init__(self):
         def need(ok, field, problem):
@@ -107,6 +120,11 @@ class VAEConfig:
         need(self.latent_dim >= 1, "latent_dim", f"must be >= 1, got {self.latent_dim}")
         need(self.latent_noise >= 0, "latent_noise", f"must be >= 0, got {self.latent_noise}")
         need(self.pad_weight >= 0, "pad_weight", f"must be >= 0, got {self.pad_weight}")
+        need(self.decoder in DECODERS, "decoder", f"must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
+        need(1 <= self.ctx_layers <= MAX_LAYERS, "ctx_layers", f"must be in 1..{MAX_LAYERS}, got {self.ctx_layers}")
+        need(self.ctx_noise >= 0, "ctx_noise", f"must be >= 0, got {self.ctx_noise}")
+        need(0 <= self.bos_id < self.vocab_size, "bos_id",
+             f"must be a token of the vocabulary (0..{self.vocab_size - 1}), got {self.bos_id}")
         if self.encoder_lm is not None:
             self._check_encoder_lm(self.encoder_lm)
 
@@ -163,8 +181,14 @@ class VAEConfig:
         return cls.from_dict({**PRESETS[name], **overrides})
 
 
+def _spread(mean: torch.Tensor) -> torch.Tensor:
+    """The data spread of each latent channel in a batch of posterior means (B, N, C): std (C,), no gradient."""
+    return mean.detach().std(dim=(0, 1), correction=0)
+
+
 class TextVAE(nn.Module):
-    """Non-autoregressive Transformer VAE over fixed-length padded token sequences."""
+    """Transformer VAE over fixed-length padded token sequences: a non-autoregressive decoder, and
+    with `decoder="contextual"` an autoregressive one on top of it."""
 
     def __init__(self, config: VAEConfig):
         super().__init__()
@@ -184,6 +208,11 @@ class TextVAE(nn.Module):
         self.dec_blocks = nn.ModuleList(Block(D, c.n_heads, c.mlp_ratio, c.mlp, c.dropout) for _ in range(c.dec_layers))
         self.dec_norm = RMSNorm(D)
         self.lm_head = nn.Linear(D, c.vocab_size, bias=False)
+        if c.decoder == "contextual":  # CoDAR's autoregressive decoder on the states above (`ctx_hidden`)
+            self.ctx_emb = nn.Embedding(c.vocab_size, D)
+            self.ctx_blocks = nn.ModuleList(CausalCrossBlock(D, c.n_heads, c.mlp_ratio, c.mlp, c.dropout)
+                                            for _ in range(c.ctx_layers))
+            self.ctx_norm = RMSNorm(D)
         # data statistics of the latent means, set by the trainer (saved with the weights)
         self.register_buffer("latent_mean", torch.zeros(C))
         self.register_buffer("latent_std", torch.ones(C))
@@ -191,7 +220,8 @@ class TextVAE(nn.Module):
         self.apply(init_weights)
         for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2·layers)
             if name.endswith("attn.proj.weight") or name.endswith("mlp.proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / (2 * max(c.n_layers, c.dec_layers)) ** 0.5)
+                depth = c.ctx_layers if name.startswith("ctx_blocks.") else max(c.n_layers, c.dec_layers)
+                nn.init.normal_(p, mean=0.0, std=0.02 / (2 * depth) ** 0.5)
         with torch.no_grad():  # start with a nearly deterministic posterior (see module docstring)
             self.to_latent.bias[C:].fill_(c.logvar_init)
         if c.encoder_lm is not None:  # built after init_weights: its weights are loaded, never trained
@@ -246,6 +276,96 @@ class TextVAE(nn.Module):
             h = blk(h, rope)  # (B, L, D)
         return self.dec_norm(h)  # (B, L, D)
 
+    # ------------------------------------------------------------ contextual decoder (CoDAR)
+
+    def ctx_hidden(self, prev: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        """The contextual decoder, teacher-forced: input tokens PREV (B, T) ([bos], then token i-1 at
+        position i) and the parallel decoder's states MEMORY (B, L, D), T <= L -> final states (B, T, D)
+        for `lm_head` (position i predicts token i; causal: it sees PREV[:, :i+1] and the whole memory).
+        `decode_tokens` runs the same network one position at a time."""
+        T, L = prev.shape[1], memory.shape[1]
+        rope = rotary_cos_sin(L, self.head_dim, self.config.rope_base, memory.device)
+        kv = [blk.cross_attn.memory_kv(memory, rope) for blk in self.ctx_blocks]
+        h = self.ctx_emb(prev) + memory[:, :T]  # (B, T, D): see `decode_tokens`
+        for blk, m in zip(self.ctx_blocks, kv):
+            h = blk(h, m, rope)  # (B, T, D)
+        return self.ctx_norm(h)  # (B, T, D)
+
+    @torch.no_grad()
+    def decode_tokens(self, z: torch.Tensor, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                      generator=None, must_text=None, banned=None, known_ids=None, known_mask=None,
+                      repetition_penalty: float = 1.0) -> torch.Tensor:
+        """z (B, N, C) raw latents -> token ids (B, L), decoded token by token by the contextual decoder.
+
+        CoDAR (arXiv 2603.02547): rounding latents to tokens position by position is the bottleneck
+        of continuous text diffusion (the per-position choices do not agree with each other); a small
+        autoregressive decoder conditioned on the denoised latents fixes it. Here its memory is the
+        parallel decoder's final states `decode_hidden(z)` (B, L, D), aligned with the tokens: each
+        block cross-attends to it, and the state at a token's own position is added to its input, so
+        the residual stream starts where the parallel decoder ends and the shared `lm_head` reads it.
+
+        Each step's logits are filtered as `filter_logits` does (argmax at temperature 0); the
+        REPETITION_PENALTY lowers the tokens already in the row (CTRL). Where MUST_TEXT (B, L) is true
+        the BANNED (V,) ids (default: pad and bos) are excluded; where KNOWN_MASK (B, L) is true the
+        token is KNOWN_IDS (forced into the context: prompts and infills steer the rest). A row that
+        emits pad is finished (pads from there, known tokens kept); decoding stops when every row is.
+        Self-attention keys and values are cached; the memory's are computed once per layer."""
+        c = self.config
+        if c.decoder != "contextual":
+            raise ValueError("decode_tokens needs a VAE with the contextual decoder")
+        memory = self.decode_hidden(z)  # (B, L, D)
+        B, L, _ = memory.shape
+        dev = memory.device
+        rope = rotary_cos_sin(L, self.head_dim, c.rope_base, dev)
+        kv = [blk.cross_attn.memory_kv(memory, rope) for blk in self.ctx_blocks]
+        caches = [KVCache(L) for _ in self.ctx_blocks]
+        vocab = self.lm_head.out_features
+        if banned is None:
+            banned = torch.zeros(vocab, dtype=torch.bool, device=dev)  # (V,)
+            banned[[c.pad_id, c.bos_id]] = True
+        pad = torch.full((B,), c.pad_id, dtype=torch.long, device=dev)  # (B,)
+        out = pad[:, None].repeat(1, L)  # (B, L)
+        if known_mask is not None:
+            out = torch.where(known_mask, known_ids, out)  # (B, L): known tokens even past an early stop
+        seen = torch.zeros(B, vocab, dtype=torch.bool, device=dev)  # (B, V) tokens in the row so far
+        done = torch.zeros(B, dtype=torch.bool, device=dev)  # (B,)
+        prev = torch.full((B,), c.bos_id, dtype=torch.long, device=dev)  # (B,)
+        for i in range(L):
+            h = self.ctx_emb(prev)[:, None] + memory[:, i:i + 1]  # (B, 1, D)
+            for blk, m, cache in zip(self.ctx_blocks, kv, caches):
+                h = blk(h, m, rope, start=i, cache=cache)  # (B, 1, D)
+            logits = penalize_seen(self.lm_head(self.ctx_norm(h))[:, 0].float(), seen, repetition_penalty)  # (B, V)
+            if must_text is not None:
+                logits = logits.masked_fill(must_text[:, i, None] & banned[None, :], float("-inf"))
+            tok = torch.where(done, pad, filter_logits(logits, temperature, top_k, top_p, generator))  # (B,)
+            if known_mask is not None:
+                tok = torch.where(known_mask[:, i], known_ids[:, i], tok)  # (B,)
+            out[:, i] = tok
+            seen[torch.arange(B, device=dev), tok] = True
+            done |= tok == c.pad_id
+            if bool(done.all()):
+                break
+            prev = tok
+        return out
+
+    def _contextual_loss(self, z: torch.Tensor, mean: torch.Tensor, ids: torch.Tensor,
+                         counted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(teacher-forced CE of the contextual decoder over the COUNTED (B, L) positions: the text
+        and the first pad, its accuracy there) on latents Z (B, N, C). In training the latents are
+        noised first, z + r·s·ε with s the spread of each channel of MEAN and r ~ U[0, ctx_noise] per
+        row, so that the decoder holds up on what the denoiser produces."""
+        B, L = ids.shape
+        if self.training and self.config.ctx_noise > 0:
+            r = self.config.ctx_noise * torch.rand(B, 1, 1, device=z.device)  # (B, 1, 1)
+            z = z + r * _spread(mean) * torch.randn_like(z)  # (B, N, C)
+        prev = torch.cat([torch.full_like(ids[:, :1], self.config.bos_id), ids[:, :-1]], dim=1)  # (B, L)
+        logits = self.lm_head(self.ctx_hidden(prev, self.decode_hidden(z))).float()  # (B, L, V)
+        ce = F.cross_entropy(logits.reshape(B * L, -1), ids.reshape(B * L), reduction="none").view(B, L)
+        ctx_rec = (ce * counted).sum() / counted.sum()
+        with torch.no_grad():
+            acc = ((logits.argmax(-1) == ids) & counted).sum().float() / counted.sum()
+        return ctx_rec, acc
+
     # ------------------------------------------------------------ training loss
 
     def forward(self, ids: torch.Tensor, beta: float = 0.0, free_bits: float = 0.0,
@@ -257,13 +377,16 @@ class TextVAE(nn.Module):
         the loss); kl_raw = unclamped KL; acc = token accuracy over text positions and the first
         pad; len_acc = fraction of rows whose decoded length is exact; mean = the posterior mean
         (B, N, C), with its graph (for an alignment loss). All but loss and mean are detached.
+
+        With the contextual decoder the loss adds its teacher-forced CE (`_contextual_loss`), reported
+        as ctx_rec, with its teacher-forced accuracy ctx_acc; rec and acc stay the parallel decoder's.
         """
         mean, logvar = self.encode(ids)  # (B, N, C) each
         z = mean + torch.exp(0.5 * logvar) * torch.randn_like(mean) if sample else mean
+        noisy = z
         if self.training and self.config.latent_noise > 0:
-            scale = mean.detach().std(dim=(0, 1), correction=0)  # (C,) data spread of each channel
-            z = z + self.config.latent_noise * scale * torch.randn_like(z)
-        logits = self.decode(z)  # (B, L, V)
+            noisy = z + self.config.latent_noise * _spread(mean) * torch.randn_like(z)  # (B, N, C)
+        logits = self.decode(noisy)  # (B, L, V)
 
         B, L = ids.shape
         lengths = text_lengths(ids, self.config.pad_id)  # (B,)
@@ -282,16 +405,29 @@ class TextVAE(nn.Module):
             pred = logits.argmax(-1)  # (B, L)
             acc = ((pred == ids) & counted).sum().float() / counted.sum()
             len_acc = (text_lengths(pred, self.config.pad_id) == lengths).float().mean()
-        return dict(loss=loss, rec=rec.detach(), kl=kl.detach(), kl_raw=kl_dim.sum().detach(),
-                    acc=acc, len_acc=len_acc, mean=mean)
+        out = dict(loss=loss, rec=rec.detach(), kl=kl.detach(), kl_raw=kl_dim.sum().detach(),
+                   acc=acc, len_acc=len_acc, mean=mean)
+        if self.config.decoder == "contextual":
+            ctx_rec, ctx_acc = self._contextual_loss(z, mean, ids, counted)
+            out.update(loss=loss + ctx_rec, ctx_rec=ctx_rec.detach(), ctx_acc=ctx_acc)
+        return out
 
     # ------------------------------------------------------------ helpers
 
     @torch.no_grad()
+    def decode_ids(self, z: torch.Tensor) -> torch.Tensor:
+        """z (B, N, C) raw latents -> greedy token ids (B, L): the parallel decoder's argmax, or with
+        the contextual decoder its free-running greedy decoding (what sampling produces; teacher
+        forcing would flatter it)."""
+        if self.config.decoder == "contextual":
+            return self.decode_tokens(z)
+        return self.decode(z).argmax(-1)
+
+    @torch.no_grad()
     def reconstruct(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids (B, L) -> argmax decoding of the posterior mean, (B, L)."""
+        """ids (B, L) -> greedy decoding (`decode_ids`) of the posterior mean, (B, L)."""
         mean, _ = self.encode(ids)
-        return self.decode(mean).argmax(-1)
+        return self.decode_ids(mean)
 
     @torch.no_grad()
     def token_accuracy(self, ids: torch.Tensor) -> float:

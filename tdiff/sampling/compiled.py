@@ -88,10 +88,17 @@ class CompiledHead:
 
 def compile_bundle(bundle, device, batch_size: int):
     """A copy of BUNDLE whose DiT, VAE decoder and greedy head run through torch.compile
-    (the original bundle is untouched). Raises UsageError where compiling cannot work."""
+    (the original bundle is untouched). Raises UsageError where compiling cannot work, and for a VAE
+    with the contextual decoder (its token-by-token loop is not compiled)."""
     import torch
     import torch._inductor.config as inductor
 
+    if bundle.vae.config.decoder == "contextual":
+        raise UsageError("--compile: this model's VAE has the contextual decoder, which decodes token by token "
+                         "and is not compiled; sample without --compile")
+    if bundle.dit.config.block_causal:
+        raise UsageError("--compile: a block-causal model is sampled block by block with a key/value cache, "
+                         "which is not compiled; sample without --compile")
     why = compile_problem(device)
     if why:
         raise UsageError(f"--compile: {why}")

@@ -29,29 +29,6 @@ class SampleOptions:
     repetition_penalty: float = 1.0   # > 1: lower the logits of tokens already decoded in the row
 
 
-def filter_logits(logits, temperature: float, top_k: int, top_p: float, generator):
-    """Pick one token per position from LOGITS (..., V): argmax at temperature 0, else sampled
-    from the temperature-scaled distribution restricted to the top-k and the top-p nucleus
-    (Holtzman et al. 2020)."""
-    import torch
-
-    if temperature <= 0:
-        return logits.argmax(-1)
-    logits = logits.float() / temperature
-    if top_k > 0:
-        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_l, order = logits.sort(-1, descending=True)
-        probs = sorted_l.softmax(-1)
-        drop = probs.cumsum(-1) - probs > top_p                      # keep the smallest set reaching top_p
-        sorted_l = sorted_l.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_l)
-    probs = logits.softmax(-1)
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
-
-
 END_RUN = 3   # pads in a row that end a text
 
 
@@ -118,7 +95,8 @@ def sampling_plan(bundle, steps, solver):
 
 def sample_latents(bundle, b: int, opts: SampleOptions, generator, device, callback=None,
                    label=None, cond_x=None, cond_mask=None):
-    """Run the solver from N(0, I) noise; returns normalized latents (B, N, D)."""
+    """Run the solver from N(0, I) noise; returns normalized latents (B, N, D). A block-causal
+    model is sampled block by block (`sample_blocks`)."""
     import torch
 
     from tdiff.core.device import autocast
@@ -129,6 +107,9 @@ def sample_latents(bundle, b: int, opts: SampleOptions, generator, device, callb
         raise UsageError("--time-grid warp: this model has no time warp (train it with --t-sampling adaptive)")
     ts = time_grid(opts.steps, bundle.schedule, opts.time_grid, warp=bundle.timewarp).to(device)
     kw = {"eta": opts.eta} if opts.solver == "ddim" else {}
+    if bundle.dit.config.block_causal:
+        return sample_blocks(bundle, b, opts, ts, generator, device, callback=callback, label=label, cond_x=cond_x,
+                             cond_mask=cond_mask, **kw)
     denoise = bundle.denoiser(label=label, cond_x=cond_x, cond_mask=cond_mask, round_x0=opts.round_x0,
                               guidance=opts.guidance)
     with torch.inference_mode():
@@ -136,6 +117,50 @@ def sample_latents(bundle, b: int, opts: SampleOptions, generator, device, callb
         with autocast(device, opts.dtype):
             return get_solver(opts.solver)(denoise, x, ts, bundle.schedule, generator=generator, callback=callback,
                                            **kw)
+
+
+def sample_blocks(bundle, b: int, opts: SampleOptions, ts, generator, device, callback=None, label=None,
+                  cond_x=None, cond_mask=None, **kw):
+    """Block-causal sampling (BD3-LM, Arriola et al. 2025, Algorithm 2, in latent space): the blocks
+    left to right, each denoised by the solver over the grid TS with the keys/values of the finished
+    blocks cached (`DiT.extend_cache`), then appended to the cache as clean latents. A block whose
+    latents are all known (a prompt's, the pads after a fixed --length) is given, not sampled; a
+    partly known one is sampled with its known positions as conditioning. The noise of every block
+    is drawn up front, (B, N, D), so the same seed gives the same texts at any block size's
+    schedule of calls. With guidance the cache holds the conditional and the null rows (2B).
+    Returns normalized latents (B, N, D)."""
+    import torch
+
+    from tdiff.core.device import autocast
+    from tdiff.diffusion.solvers import get_solver
+
+    if opts.round_x0:
+        raise UsageError("--round-x0: not available for a block-causal model (a block alone does not decode)")
+    dit = bundle.dit
+    n, d = bundle.latent_shape
+    bs = dit.config.block
+    guided = bool(opts.guidance) and label is not None
+    cache_label = torch.cat([label, torch.full_like(label, -1)]) if guided else label   # (2B,) or (B,)
+    solver = get_solver(opts.solver)
+    blocks, cache = [], []
+    with torch.inference_mode():
+        noise = torch.randn((b, n, d), generator=generator, device=device)   # (B, N, D) at t = 1
+        with autocast(device, opts.dtype):
+            for s in range(0, n, bs):
+                e = min(n, s + bs)
+                cx = None if cond_x is None else cond_x[:, s:e]                  # (B, T, D)
+                cm = None if cond_mask is None else cond_mask[:, s:e]            # (B, T, 1)
+                if cm is not None and bool(cm.all()):
+                    x0 = cx.to(noise.dtype)                                      # (B, T, D) given
+                else:
+                    denoise = bundle.denoiser(label=label, cond_x=cx, cond_mask=cm, guidance=opts.guidance,
+                                              start=s, cache=cache)
+                    x0 = solver(denoise, noise[:, s:e], ts, bundle.schedule, generator=generator,
+                                callback=callback, **kw)                         # (B, T, D)
+                blocks.append(x0)
+                if e < n:
+                    cache = dit.extend_cache(torch.cat([x0, x0]) if guided else x0, s, cache, label=cache_label)
+    return torch.cat(blocks, dim=1)                                          # (B, N, D)
 
 
 def penalize_repeats(logits, penalty: float):
@@ -169,7 +194,7 @@ def greedy_head(lm_head, h, must, banned):
     return logits.max(-1).indices                                              # (R,)
 
 
-def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None):
+def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None, known=None):
     """Normalized latents (B, N, D) → token ids (B, L) through the VAE decoder.
 
     Where MUST_TEXT (B, L) is true the decoder may not pick pad, bos or eos (inside a span to fill,
@@ -180,10 +205,14 @@ def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None):
     Greedy decoding without a repetition penalty (the default) takes the V-way output layer and its
     argmax GREEDY_ROWS positions at a time (`greedy_head`; compiled where BUNDLE carries a compiled one,
     tdiff/sampling/compiled.py), never holding the (B, L, V) logits: the same ids, faster (docs/RESULTS.md,
-    "Inference speed levers")."""
+    "Inference speed levers").
+
+    A VAE with the contextual decoder decodes token by token (`TextVAE.decode_tokens`, the same options);
+    KNOWN = (ids (B, L), mask (B, L)) are the given tokens, forced into its context (prompts, infills)."""
     import torch
 
     from tdiff.core.device import autocast
+    from tdiff.models.decoding import filter_logits
 
     tok = bundle.tokenizer
     vae = bundle.vae
@@ -194,13 +223,20 @@ def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None):
         must_text[:, 0] = True
     must_text = must_text.to(z.device)                                           # (B, L)
     with torch.inference_mode():
-        with autocast(z.device, opts.dtype):
-            h = vae.decode_hidden(vae.denormalize(z.float()))                    # (B, L, D)
         vocab = vae.lm_head.out_features
         banned = torch.zeros(vocab, dtype=torch.bool, device=z.device)           # (V,)
         for i in (tok.pad_id, tok.bos_id, tok.eos_id):
             if i is not None and 0 <= i < vocab:
                 banned[i] = True
+        if vae.config.decoder == "contextual":
+            known_ids, known_mask = (k.to(z.device) for k in known) if known is not None else (None, None)
+            with autocast(z.device, opts.dtype):
+                return vae.decode_tokens(vae.denormalize(z.float()), temperature=opts.temperature, top_k=opts.top_k,
+                                         top_p=opts.top_p, generator=generator, must_text=must_text, banned=banned,
+                                         known_ids=known_ids, known_mask=known_mask,
+                                         repetition_penalty=opts.repetition_penalty)
+        with autocast(z.device, opts.dtype):
+            h = vae.decode_hidden(vae.denormalize(z.float()))                    # (B, L, D)
         if opts.temperature <= 0 and opts.repetition_penalty == 1.0:
             flat_h, flat_must = h.reshape(b * L, -1), must_text.reshape(b * L)     # (B·L, D), (B·L,)
             compiled = getattr(bundle, "greedy_head", None)
@@ -307,7 +343,8 @@ def generate(bundle, opts: SampleOptions, device, requests=None, *, first_batch:
             label = torch.tensor(labels, dtype=torch.long, device=device)                     # (B,)
         must = torch.tensor([t.must_text for t in batch], dtype=torch.bool)                 # (B, L)
         z = sample_latents(bundle, b, opts, g, device, label=label, cond_x=cond_x, cond_mask=cond_mask)
-        pred = latents_to_ids(bundle, z, opts, g, must_text=must)                             # (B, L)
+        pred = latents_to_ids(bundle, z, opts, g, must_text=must,
+                              known=None if known is None else (ids, known))                  # (B, L)
         if known is not None:
             pred = force_known(pred, ids, known)
         for i, (row, t) in enumerate(zip(pred.cpu().tolist(), batch)):

@@ -78,6 +78,9 @@ def plan(method: str, from_steps: int, to_steps: int) -> list[int]:
 
 def check_teacher(bundle, path, method: str, from_steps: int) -> None:
     """Refuse a teacher that cannot teach METHOD from FROM_STEPS (a clear DataError/UsageError)."""
+    if bundle.dit.config.block_causal:
+        raise UsageError(f"-m {path}: a block-causal model (train --block-size) cannot be distilled yet; "
+                         "distil a parallel model")
     if bundle.kind != "student":
         return
     info = bundle.config.get("student", {})

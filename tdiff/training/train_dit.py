@@ -41,6 +41,7 @@ class DiTTrainConfig:
     decoder_ce: float = 0.0           # weight of the frozen decoder's token CE on the x0 estimate
     d_model: int = 0                  # 0: the preset's width
     n_layers: int = 0                 # 0: the preset's depth
+    block_size: int = 0               # latent positions per block of block-causal diffusion (0: the window, parallel)
     batch_size: int = 64
     holdout: float = 0.02
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -97,14 +98,19 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     size = {k: v for k, v in (("d_model", tc.d_model), ("n_layers", tc.n_layers)) if v}
     try:
         dit = DiT(DiTConfig(**{**PRESETS[tc.preset], **size, "latent_dim": dz, "max_len": n_lat,
-                               "self_condition": tc.self_condition, "num_labels": len(label_names)}))
+                               "self_condition": tc.self_condition, "num_labels": len(label_names),
+                               "block_size": tc.block_size if tc.block_size < n_lat else 0}))
     except ValueError as e:
         raise UsageError(f"--d-model/--n-layers: {e}") from None
+    blocks = -(-n_lat // dit.config.block)               # K noise levels per sequence
+    if blocks > 1 and tc.schedule == "learned":
+        raise UsageError("--schedule learned: not available with --block-size (one time per block)")
     warp = TimeWarp() if tc.t_sampling == "adaptive" else None
     module = _denoiser_module(dit, schedule, warp).to(device)
     log.info(f"train: {len(train.seqs):,} sequences → latents {tuple(lat.shape[1:])}, "
              f"DiT {dit.num_params() / 1e6:.2f}M parameters, schedule {tc.schedule}, target {tc.target}, "
              f"t-sampling {tc.t_sampling}, decoder CE {tc.decoder_ce}, known spans {tc.cond_prob}, "
+             + (f"block-causal, {blocks} blocks of {dit.config.block}, " if blocks > 1 else "")
              + (f"labels {', '.join(label_names)} (dropout {tc.label_dropout}), " if label_names else "")
              + f"device {device}")
     fingerprint = {"dit": dit.config.to_dict(), "data": data.digest, "vae": vae_art.train.get("data"),
@@ -118,7 +124,7 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
     def step_fn(step, micro):
         idx = order(micro).to(device)
         x0 = lat[idx]                                                   # (B, Lz, Dz)
-        t = warp.sample(len(idx), gen, device) if warp is not None else None
+        t = warp.sample(len(idx) * blocks, gen, device) if warp is not None else None   # (B·K,)
         cond_x, cond_mask, label = draw_conditions(ld, idx, vae, tok, cond_prob=tc.cond_prob,
                                                    label_dropout=tc.label_dropout, generator=gen)
         terms = diffusion_loss(module.dit, module.schedule, x0, target=tc.target, generator=gen, t=t,
@@ -126,7 +132,7 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
                                eps_error=learn_schedule, estimates=True, x0_grad=tc.decoder_ce > 0)
         mse = terms.mse.mean()
         objective, metrics = mse, {"mse": mse.item(), "x0_error": terms.x0_error.mean().item()}
-        progress = terms.x0_error                                           # (B,) what the time warp follows
+        progress = terms.x0_error if blocks == 1 else terms.x0_error_blocks   # (B,) or (B, K): what the warp follows
         if tc.decoder_ce > 0:
             ce_rows = decoder_cross_entropy(lambda z: vae.decode(vae.denormalize(z)), terms.x0_hat, ld.ids[idx],
                                             terms.unknown, tok.pad_id)     # (B,) frozen decoder, graph to the DiT
@@ -135,7 +141,8 @@ def train_dit(input_path, output: Path, vae_path: Path, tc: DiTTrainConfig, devi
             metrics.update(loss=metrics["mse"], decoder_ce=ce.item())
             progress = ce_rows.detach()
         if warp is not None:
-            pending.append(torch.stack([terms.t.detach().double(), progress.detach().double()]))   # (2, B)
+            pending.append(torch.stack([terms.t.detach().double().reshape(-1),
+                                        progress.detach().double().reshape(-1)]))   # (2, B·K)
         if not learn_schedule:
             return objective, metrics, x0.shape[0] * vcfg.max_len
         var = vdm_variance_loss(module.schedule, terms.t, terms.eps_error)

@@ -12,6 +12,10 @@ With `--encoder DIR` (a `tdiff train-ar` directory, same tokenizer) the encoder 
 LM's features instead of a token embedding (seed 004 §3, a frozen pretrained encoder): the LM is
 cut after its middle block (as for `--align`), copied into the VAE and never updated; a linear
 map and the VAE's own encoder blocks on top of it, and the decoder, are trained as usual.
+
+With `--decoder contextual` the VAE also has a small autoregressive decoder on top of the parallel
+one (CoDAR; tdiff/models/vae.py), trained with it: its teacher-forced CE joins the loss (logged as
+ctx_rec, its accuracy ctx_acc), and the held-out reconstruction figures decode with it, free-running.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ class VAETrainConfig:
     align: str = ""                # train-ar directory to align the latents to ("": off)
     align_weight: float = 0.5      # weight of 1 − cos(probe(latent), LM features)
     encoder: str = ""              # train-ar directory whose frozen middle-block features feed the encoder
+    decoder: str = "parallel"      # parallel | contextual (an autoregressive decoder on top: CoDAR)
+    ctx_layers: int = 2            # blocks of the contextual decoder
     batch_size: int = 64
     holdout: float = 0.02
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -55,18 +61,25 @@ def auto_max_len(seqs, stride: int, cap: int = 512) -> int:
     return min(cap, max(m, -(-q // m) * m))
 
 
-def build_vae(tc: VAETrainConfig, vocab_size: int, pad_id: int, max_len: int, encoder_lm: dict | None = None):
-    from tdiff.models.vae import PRESETS, TextVAE, VAEConfig
+def build_vae(tc: VAETrainConfig, vocab_size: int, pad_id: int, max_len: int, encoder_lm: dict | None = None,
+              bos_id: int = 1):
+    from tdiff.models.layers import MAX_LAYERS
+    from tdiff.models.vae import DECODERS, PRESETS, TextVAE, VAEConfig
 
     if tc.preset not in PRESETS:
         raise UsageError(f"--preset {tc.preset!r}: choose one of {', '.join(PRESETS)}")
     if tc.latent_stride not in (1, 2, 4):
         raise UsageError("--latent-stride must be 1, 2 or 4")
+    if tc.decoder not in DECODERS:
+        raise UsageError(f"--decoder {tc.decoder!r}: choose one of {', '.join(DECODERS)}")
+    if not 1 <= tc.ctx_layers <= MAX_LAYERS:
+        raise UsageError(f"--ctx-layers {tc.ctx_layers}: must be in 1..{MAX_LAYERS}")
     size = {k: v for k, v in (("d_model", tc.d_model), ("n_layers", tc.n_layers)) if v}
     try:
         cfg = VAEConfig(**{**PRESETS[tc.preset], **size, "vocab_size": vocab_size, "max_len": max_len,
                            "latent_dim": tc.latent_dim, "latent_stride": tc.latent_stride, "pad_id": pad_id,
-                           "latent_noise": tc.latent_noise, "encoder_lm": encoder_lm})
+                           "latent_noise": tc.latent_noise, "encoder_lm": encoder_lm, "decoder": tc.decoder,
+                           "ctx_layers": tc.ctx_layers, "bos_id": bos_id})
     except ValueError as e:
         raise UsageError(f"{'--encoder' if encoder_lm and 'encoder' in str(e) else '--d-model/--n-layers'}: {e}") from None
     return TextVAE(cfg)
@@ -131,7 +144,8 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
         raise UsageError(f"--max-len {max_len} must be a multiple of --latent-stride {tc.latent_stride}")
     encoder_lm, lm_state = _frozen_encoder(tc, tok, device)
     seed_everything(tc.loop.seed)
-    vae = build_vae(tc, tok.vocab_size, tok.pad_id, max_len, encoder_lm)
+    bos = tok.bos_id if 0 <= tok.bos_id < tok.vocab_size else tok.pad_id    # a tokenizer without [bos]: pad
+    vae = build_vae(tc, tok.vocab_size, tok.pad_id, max_len, encoder_lm, bos_id=bos)
     if lm_state is not None:
         vae.load_encoder_lm(lm_state)
     vae = vae.to(device)
@@ -149,6 +163,8 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
         beta = tc.beta * min(1.0, step / max(1, tc.kl_warmup))
         out = vae(ids, beta=beta, free_bits=tc.free_bits)
         metrics = {"rec": out["rec"].item(), "kl": out["kl"].item(), "acc": out["acc"].item()}
+        if "ctx_rec" in out:                           # the contextual decoder's, teacher-forced
+            metrics.update(ctx_rec=out["ctx_rec"].item(), ctx_acc=out["ctx_acc"].item())
         if align is None:
             return out["loss"], metrics, ids.numel()
         a = align(ids, out["mean"])
@@ -159,11 +175,12 @@ def train_vae(input_path, output: Path, tokenizer_path: Path, tc: VAETrainConfig
 
     def evaluate():
         """--eval-every: reconstruction loss and token accuracy of the posterior means on (at most 256
-        of) the held-out sequences."""
+        of) the held-out sequences (and the contextual decoder's, teacher-forced)."""
         if watch is None:
             return {}
         out = vae(watch, beta=0.0, sample=False)
-        return {"heldout_rec": out["rec"], "heldout_acc": out["acc"]}
+        ctx = {"heldout_ctx_rec": out["ctx_rec"], "heldout_ctx_acc": out["ctx_acc"]} if "ctx_rec" in out else {}
+        return {"heldout_rec": out["rec"], "heldout_acc": out["acc"], **ctx}
 
     trainer = Trainer(module, step_fn, tc.loop, device, ckpt_path=ckpt_path, log_path=log_path, fingerprint=fingerprint,
                       evaluate=evaluate)

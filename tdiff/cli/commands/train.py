@@ -40,6 +40,10 @@ def train(
                                 help="Denoiser width (0: the preset's: tiny 128, small 256, base 512)."),
     n_layers: int = typer.Option(0, "--n-layers", min=0, max=64,
                                  help="Denoiser blocks (0: the preset's: tiny 4, small 6, base 8)."),
+    block_size: int = typer.Option(0, "--block-size", min=0, max=65536,
+                                   help="Block-causal diffusion: latent positions per block (each block noised "
+                                        "at its own level, attending to the clean blocks before it; `sample` "
+                                        "generates block by block). 0 or the VAE's window: one parallel block."),
     *,
     run: TrainingRun,
 ):
@@ -51,7 +55,7 @@ def train(
 
     tc = DiTTrainConfig(preset=run.preset, schedule=schedule, target=target, self_condition=self_condition,
                         cond_prob=cond_prob, label_field=label_field, label_dropout=label_dropout, t_sampling=t_sampling, decoder_ce=decoder_ce, d_model=d_model,
-                        n_layers=n_layers, batch_size=run.batch_size, holdout=run.holdout, loop=run.loop)
+                        n_layers=n_layers, block_size=block_size, batch_size=run.batch_size, holdout=run.holdout, loop=run.loop)
     device = resolve_device(run.device)
     _check_memory(tc, vae, device)
     with memory.out_of_memory_errors("try a smaller --batch-size or --d-model"):
@@ -86,7 +90,9 @@ def _check_memory(tc, vae: Path, device) -> None:
         return                                           # train_dit names the bad preset
     width = tc.d_model or PRESETS[tc.preset]["d_model"]
     layers = tc.n_layers or PRESETS[tc.preset]["n_layers"]
-    acts = memory.activation_bytes(tc.batch_size, length // stride, width, layers, training=True)
+    n_lat = length // stride
+    blocks = 0 < tc.block_size < n_lat                  # block-causal training runs [x_t ; x0]: twice the positions
+    acts = memory.activation_bytes(tc.batch_size, n_lat * (2 if blocks else 1), width, layers, training=True)
     if tc.decoder_ce > 0:
         acts += memory.activation_bytes(tc.batch_size, length, vae_width, decoder_layers, training=True,
                                         vocab=vocab)

@@ -40,10 +40,17 @@ def train_vae(
     encoder: Optional[Path] = typer.Option(
         None, "--encoder", help="A `tdiff train-ar` directory (same tokenizer): its first half, frozen, reads "
         "the text for the encoder in place of a token embedding (stored inside the VAE)."),
+    decoder: Literal["parallel", "contextual"] = typer.Option(
+        "parallel", "--decoder", help="Latents to tokens: parallel (every position at once) or contextual (also a "
+        "small autoregressive decoder on the parallel one's states, CoDAR: samples decode token by token, "
+        "coherent where parallel picks disagree; slower to sample)."),
+    ctx_layers: int = typer.Option(2, "--ctx-layers", min=1, max=64,
+                                   help="Blocks of the contextual decoder (with --decoder contextual)."),
     *,
     run: TrainingRun,
 ):
-    """Train the text VAE: Transformer encoder to Gaussian latents, non-autoregressive decoder back to tokens.
+    """Train the text VAE: Transformer encoder to Gaussian latents, non-autoregressive decoder back to tokens
+    (with --decoder contextual, an autoregressive one on top of it).
 
     Logs progress and a JSON summary (steps, time, held-out reconstruction accuracy) on stderr.
     """
@@ -55,8 +62,8 @@ def train_vae(
     tc = VAETrainConfig(preset=run.preset, latent_dim=latent_dim, latent_stride=latent_stride, max_len=max_len,
                         beta=beta, kl_warmup=kl_warmup, free_bits=free_bits, latent_noise=latent_noise,
                         d_model=d_model, n_layers=n_layers, align=str(align) if align else "",
-                        align_weight=align_weight, encoder=str(encoder) if encoder else "", batch_size=run.batch_size,
-                        holdout=run.holdout, loop=run.loop)
+                        align_weight=align_weight, encoder=str(encoder) if encoder else "", decoder=decoder,
+                        ctx_layers=ctx_layers, batch_size=run.batch_size, holdout=run.holdout, loop=run.loop)
     device = resolve_device(run.device)
     _check_memory(tc, tokenizer, device)
     with memory.out_of_memory_errors("try a smaller --batch-size, --max-len or --d-model"):
@@ -77,11 +84,14 @@ def _check_memory(tc, tokenizer: Path, device) -> None:
         return                                           # train_vae names the bad preset
     vocab = Tokenizer.load(tokenizer, option="-t/--tokenizer").vocab_size
     width = tc.d_model or PRESETS[tc.preset]["d_model"]
-    layers = 2 * (tc.n_layers or PRESETS[tc.preset]["n_layers"])          # the encoder's and the decoder's
+    depth = tc.n_layers or PRESETS[tc.preset]["n_layers"]
+    layers = 2 * depth                                                    # the encoder's and the decoder's
+    ctx = tc.ctx_layers if tc.decoder == "contextual" else 0
+    passes = layers + (ctx + depth if ctx else 0)     # with a contextual decoder the parallel one runs twice
     length = tc.max_len or 8 * tc.latent_stride
     batch = f"--batch-size {tc.batch_size}" + (f" with --max-len {tc.max_len}" if tc.max_len else "")
-    memory.check_training(device, params=memory.transformer_params(width, layers, memory.VAE_BLOCK, vocab),
+    memory.check_training(device, params=memory.transformer_params(width, layers + ctx, memory.VAE_BLOCK, vocab),
                           ema=tc.loop.ema_decay > 0,
-                          activations=memory.activation_bytes(tc.batch_size, length, width, layers, training=True,
+                          activations=memory.activation_bytes(tc.batch_size, length, width, passes, training=True,
                                                               vocab=vocab),
                           preset=tc.preset, d_model=tc.d_model, n_layers=tc.n_layers, batch_option=batch)
