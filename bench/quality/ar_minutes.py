@@ -383,7 +383,8 @@ def sample(args: argparse.Namespace) -> dict:
     real, shuffled = references(judge, args.real, args.num, args.seed)
     result = {"judge": str(args.judge), "real_path": str(args.real), "num": args.num, "seed": args.seed,
               "steps": args.steps, "solver": args.solver, "tdiff_knob": args.tdiff_knob, "dtype": args.dtype,
-              "time_grid": args.time_grid, "round_x0": args.round_x0, "minutes": args.minutes,
+              "time_grid": args.time_grid, "round_x0": args.round_x0, "tdiff_decoder": args.tdiff_decoder,
+              "minutes": args.minutes,
               "real": real, "shuffled": shuffled}
     runs, cache, examples = [], {}, {}
     for ladder in args.ladder:

@@ -126,6 +126,8 @@ def add_sampling_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--time-grid", default="uniform", help="tdiff: solver time grid (uniform|logsnr|warp)")
     ap.add_argument("--round-x0", action="store_true", help="tdiff: snap x0 estimates through the VAE")
+    ap.add_argument("--tdiff-decoder", default="auto", choices=["auto", "parallel", "contextual"],
+                    help="tdiff: latents to tokens (auto: the VAE's own; parallel: the per-position head)")
 
 
 def references(judge: Judge, real_path: Path, num: int, seed: int) -> tuple[dict, dict]:
@@ -169,7 +171,7 @@ def score_system(name: str, path: Path, own: str, args: argparse.Namespace, judg
     points = []
     for k in knobs:
         t0 = time.perf_counter()
-        kw = {} if ar else {"time_grid": args.time_grid, "round_x0": args.round_x0}
+        kw = {} if ar else {"time_grid": args.time_grid, "round_x0": args.round_x0, "decoder": args.tdiff_decoder}
         texts = system_texts(path, k, args.num, args.seed, steps, solver, args.dtype, cache,
                              args.tdiff_knob, **kw)
         d = describe(texts, judge) | {"knob": k, "sample_s": round(time.perf_counter() - t0, 2)}
@@ -209,6 +211,7 @@ def main() -> None:
     real, shuffled = references(judge, args.real, args.num, args.seed)
     result = {"num": args.num, "seed": args.seed, "steps": args.steps, "solver": args.solver, "title": args.title,
               "tdiff_knob": args.tdiff_knob, "time_grid": args.time_grid, "round_x0": args.round_x0,
+              "tdiff_decoder": args.tdiff_decoder,
               "real": real, "shuffled": shuffled}
     runs, cache, examples = [], {}, {}
     for spec in args.system:

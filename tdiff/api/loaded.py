@@ -99,7 +99,7 @@ class DiffusionModel:
                  requests=None, label: str | None = None, guidance: float = 0.0, segments: int = 1,
                  overlap: int = 0, repetition_penalty: float = 1.0, time_grid: str = "uniform",
                  round_x0: bool = False, batch_size: int = 16, seed: int = 0, dtype: str = "auto",
-                 compile: bool = False, requests_name: str = "requests"):
+                 compile: bool = False, requests_name: str = "requests", decoder: str = "auto"):
         """Yield the records `tdiff sample` writes ({"text", "ids", "index", "seed", "steps", "solver", …}):
         N unconditional samples, or N for each control request. PROMPT / INFILL / EDIT / LENGTH / LABEL
         describe one request (the syntax of `tdiff sample`, man tdiff-sample); REQUESTS is an iterable
@@ -108,8 +108,8 @@ class DiffusionModel:
         dtype → the same records, byte for byte."""
         from tdiff.core import log
         from tdiff.core.device import resolve_dtype, torch_dtype
-        from tdiff.sampling.sample import SampleOptions, check_memory, check_options, check_spans, generate, \
-            generate_long
+        from tdiff.sampling.sample import SampleOptions, check_decoder, check_memory, check_options, check_spans, \
+            generate, generate_long
 
         temperature = 0.0 if temperature is None else temperature
         _check_ranges(n=n, batch_size=batch_size, steps=steps, eta=eta, temperature=temperature, length=length,
@@ -128,8 +128,9 @@ class DiffusionModel:
         opts = SampleOptions(num=n, batch_size=batch_size, steps=steps, solver=solver, eta=eta,
                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, dtype=dtype,
                              time_grid=time_grid, round_x0=round_x0, guidance=guidance,
-                             repetition_penalty=repetition_penalty)
+                             repetition_penalty=repetition_penalty, decoder=decoder)
         check_options(opts)
+        check_decoder(self.bundle, opts)
         todo = self._requests(requests, n, prompt=prompt, infill=infill, edit=edit, length=length,
                               mask_len=mask_len, label=label, name=requests_name)
         first, todo = _first_batch(todo, batch_size, n)
@@ -233,7 +234,7 @@ DIFFUSION_ONLY = {"round_x0": ("--round-x0", False), "time_grid": ("--time-grid"
                   "infill": ("--infill", None), "edit": ("--edit", None), "requests": ("--input", None),
                   "label": ("--label", None), "guidance": ("--guidance", 0.0),
                   "repetition_penalty": ("--repetition-penalty", 1.0), "segments": ("--segments", 1),
-                  "compile": ("--compile", False)}
+                  "compile": ("--compile", False), "decoder": ("--decoder", "auto")}
 IGNORED_BY_AR = {"steps", "solver", "eta", "mask_len", "overlap", "requests_name"}
 
 

@@ -27,6 +27,7 @@ class SampleOptions:
     round_x0: bool = False         # snap each x0 estimate through the VAE (decode → encode)
     guidance: float = 0.0          # classifier-free guidance weight w (label-conditional models)
     repetition_penalty: float = 1.0   # > 1: lower the logits of tokens already decoded in the row
+    decoder: str = "auto"          # auto: the VAE's own; parallel: the per-position head of any VAE
 
 
 END_RUN = 3   # pads in a row that end a text
@@ -71,6 +72,18 @@ def check_options(opts: SampleOptions) -> None:
         raise UsageError(f"--time-grid {opts.time_grid!r}: choose one of {', '.join(TIME_GRIDS)}")
     if opts.guidance < 0 or opts.repetition_penalty < 1:
         raise UsageError("--guidance must be ≥ 0 and --repetition-penalty ≥ 1")
+    if opts.decoder not in SAMPLE_DECODERS:
+        raise UsageError(f"--decoder {opts.decoder!r}: choose one of {', '.join(SAMPLE_DECODERS)}")
+
+
+SAMPLE_DECODERS = ("auto", "parallel", "contextual")
+
+
+def check_decoder(bundle, opts: SampleOptions) -> None:
+    """A usage error for --decoder contextual on a VAE without that decoder."""
+    if opts.decoder == "contextual" and bundle.vae.config.decoder != "contextual":
+        raise UsageError("--decoder contextual: this model's VAE has only the parallel decoder "
+                         "(train one with `tdiff train-vae --decoder contextual`)")
 
 
 def sampling_plan(bundle, steps, solver):
@@ -207,8 +220,9 @@ def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None, kn
     tdiff/sampling/compiled.py), never holding the (B, L, V) logits: the same ids, faster (docs/RESULTS.md,
     "Inference speed levers").
 
-    A VAE with the contextual decoder decodes token by token (`TextVAE.decode_tokens`, the same options);
-    KNOWN = (ids (B, L), mask (B, L)) are the given tokens, forced into its context (prompts, infills)."""
+    A VAE with the contextual decoder decodes token by token (`TextVAE.decode_tokens`, the same options;
+    `opts.decoder` "parallel" takes its per-position head instead); KNOWN = (ids (B, L), mask (B, L)) are
+    the given tokens, forced into its context (prompts, infills)."""
     import torch
 
     from tdiff.core.device import autocast
@@ -228,7 +242,7 @@ def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None, kn
         for i in (tok.pad_id, tok.bos_id, tok.eos_id):
             if i is not None and 0 <= i < vocab:
                 banned[i] = True
-        if vae.config.decoder == "contextual":
+        if vae.config.decoder == "contextual" and opts.decoder != "parallel":
             known_ids, known_mask = (k.to(z.device) for k in known) if known is not None else (None, None)
             with autocast(z.device, opts.dtype):
                 return vae.decode_tokens(vae.denormalize(z.float()), temperature=opts.temperature, top_k=opts.top_k,
@@ -315,6 +329,7 @@ def generate(bundle, opts: SampleOptions, device, requests=None, *, first_batch:
     from tdiff.core.seeds import generator
 
     check_options(opts)
+    check_decoder(bundle, opts)
     tok = bundle.tokenizer
     window = bundle.vae.config.max_len
     if requests is None:

@@ -173,6 +173,20 @@ def test_train_and_sample_on_a_contextual_vae(ctx, work):
     one_line_error(run_cli(["export", "-m", model, "-o", ctx / "ex", "--format", "export"]), 2,
                    "--format export", "contextual")
     assert not (ctx / "ex").exists()
+    # --decoder parallel: the same latents through the VAE's parallel head (the parallel path's argmax)
+    import torch
+
+    from tdiff.api import load
+    from tdiff.sampling.sample import SampleOptions, latents_to_ids
+
+    m = load(model)
+    par = m.generate(3, steps=2, seed=3, decoder="parallel")
+    z = torch.randn(2, *m.bundle.latent_shape, generator=torch.Generator().manual_seed(0))
+    heads = [latents_to_ids(m.bundle, z, SampleOptions(decoder=d), None) for d in ("parallel", "auto")]
+    assert heads[0][:, 1:].tolist() == m.bundle.vae.decode(m.bundle.vae.denormalize(z))[:, 1:].argmax(-1).tolist()
+    assert len(list(par)) == 3 and heads[0].tolist() != heads[1].tolist()   # the contextual decoder differs
+    one_line_error(run_cli(["sample", "-m", work / "model.safetensors", "-n", "1", "--decoder", "contextual", "-q"]),
+                   2, "--decoder contextual", "parallel decoder")
 
 
 def test_bogus_decoder_is_a_usage_error(work, tmp_path):

@@ -70,6 +70,9 @@ def sample(
         "warp (uniform in the model's training time warp; models trained with --t-sampling adaptive)."),
     round_x0: bool = typer.Option(False, "--round-x0", help="Snap every x0 estimate to the latents of the "
                                   "tokens it decodes to (decoder argmax → encoder); one VAE pass per step."),
+    decoder: Literal["auto", "parallel", "contextual"] = typer.Option(
+        "auto", "--decoder", help="Latents to tokens: auto (the VAE's own decoder), parallel (every position at "
+        "once; also the fast path of a VAE trained with --decoder contextual) or contextual (token by token)."),
     no_ema: bool = common.no_ema_option(),
     compile: bool = common.compile_option(),
     device: str = common.device_option(),
@@ -95,7 +98,7 @@ def sample(
                          requests_name=display_name(input) if input is not None else "requests", label=label,
                          guidance=guidance, segments=segments, overlap=overlap,
                          repetition_penalty=repetition_penalty, time_grid=time_grid, round_x0=round_x0,
-                         batch_size=batch_size, seed=seed, dtype=dtype, compile=compile)
+                         batch_size=batch_size, seed=seed, dtype=dtype, compile=compile, decoder=decoder)
     t0 = time.perf_counter()
     ntok = count = 0
     with memory.out_of_memory_errors("try a smaller --batch-size"), open_output(output) as out:
