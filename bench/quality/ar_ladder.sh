@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The AR baseline trained at several time budgets, for the AR-equivalent-minutes figure
-# (python -m bench.quality.ar_minutes; docs/RESULTS.md, "AR-equivalent minutes"). Each budget is
+# (python -m bench.quality.ar_minutes; docs/RESULTS.md, the quality headline). Each budget is
 # its own run from scratch with the learning rate decayed over that budget (--lr-decay budget),
 # pinned as bench/quality/recipe.sh pins it.
 #

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One timed training run on the songci data of bench/quality/prepare_songci.sh, for ablations and the
-# equal-minutes comparison of docs/RESULTS.md ("Headline: tdiff against the AR baseline at 20 CPU-minutes"). Every stage is a plain `tdiff` command.
+# equal-minutes comparison of docs/RESULTS.md ("Headline: AR-equivalent minutes at 20 CPU-minutes, two seeds
+# (machine C)"). Every stage is a plain `tdiff` command.
 #
 #   bash bench/quality/recipe.sh tdiff RUN_DIR SEED   VAE (VAE_MINUTES) then DiT (DIT_MINUTES) → RUN_DIR/model.safetensors
 #   bash bench/quality/recipe.sh vae   RUN_DIR SEED   VAE only (VAE_MINUTES) → RUN_DIR/vae.safetensors
