@@ -125,28 +125,14 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rope=None, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, D); rope = (cos, sin) from `rotary_cos_sin` or None; attn_mask (B, T) bool,
         True = this key may be attended to (a key padding mask). Returns (B, T, D)."""
-        B, T, D = x.shape
-        qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)  # (B, T, 3, nh, hd)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
-        attn_dtype = torch.float32 if x.device.type == "cpu" else qkv.dtype
-        if rope is not None:
-            cos, sin = rope
-            q = apply_rotary(q, cos, sin, attn_dtype)
-            k = apply_rotary(k, cos, sin, attn_dtype)
-        q, k, v = q.to(attn_dtype), k.to(attn_dtype), v.to(attn_dtype)
-        mask = None
-        if attn_mask is not None:
-            mask = attn_mask[:, None, None, :].to(torch.bool)  # (B, 1, 1, T), broadcast over heads and queries
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
-        )  # (B, nh, T, hd)
-        y = y.to(qkv.dtype).transpose(1, 2).reshape(B, T, D)  # (B, T, D)
-        return self.proj(y)
+        mask = None if attn_mask is None else attn_mask[:, None, None, :].to(torch.bool)  # (B, 1, 1, T): keys
+        return self.attend(x, rope, mask=mask)
 
     def attend(self, x: torch.Tensor, rope=None, *, mask: torch.Tensor | None = None, past=None,
                keep_kv: bool = False):
         """Attention of x (B, T, D) over PAST keys/values (k, v) (B, nh, P, hd) (already rotated; None:
-        none) and x's own, under MASK (T, P + T) bool (True = may attend; None: everything), rope =
+        none) and x's own, under MASK bool broadcast to (B, nh, T, P + T) (True = may attend; None:
+        everything; e.g. (T, P + T), or (B, 1, 1, T) for key padding), rope =
         (cos, sin) of x's T positions. Returns (B, T, D), or with KEEP_KV also x's (k, v)
         (B, nh, T, hd) for a later call's PAST (a key/value cache; block-causal diffusion)."""
         B, T, D = x.shape
