@@ -253,6 +253,8 @@ def plot(result: dict, path: Path) -> None:
 
 def _frontier_panel(ax, result: dict, plt) -> dict:
     """The frontiers on AX; the colour of each system name (AR budgets in shades of grey)."""
+    from tdiff.evaluation.plots import frontier_axes
+
     budgets = sorted({r["minutes"] for r in result["runs"] if r["role"] == "ladder"})
     greys = plt.get_cmap("Greys")
     colors = {f"AR {m:g} min": greys(0.35 + 0.6 * i / max(1, len(budgets) - 1)) for i, m in enumerate(budgets)}
@@ -265,13 +267,7 @@ def _frontier_panel(ax, result: dict, plt) -> dict:
                 else "o-", color=colors[run["system"]], ms=3, alpha=0.85,
                 label=None if run["system"] in seen else run["system"])
         seen.add(run["system"])
-    real = result["real"]
-    ax.axvline(real["char_entropy"], color="grey", ls=":", lw=0.8)
-    ax.plot([real["char_entropy"]], [real["judge_ppl"]], "k*", ms=11, label="real held-out")
-    ax.set_yscale("log")
-    ax.set_xlabel("character unigram entropy (nats)  [higher = more diverse]")
-    ax.set_ylabel("judge perplexity  [lower = reads better]")
-    ax.set_title("frontiers (tdiff: decoder knob; AR: temperature)", fontsize=9)
+    frontier_axes(ax, result["real"], "frontiers (tdiff: decoder knob; AR: temperature)")
     ax.legend(fontsize=7)
     return colors
 

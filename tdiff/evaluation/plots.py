@@ -195,18 +195,23 @@ def frontier(result: dict, path: Path) -> None:
         for p in pts:
             ax.annotate(f"{p['knob']:g}", (p["char_entropy"], p["judge_ppl"]), fontsize=6, color=c,
                         textcoords="offset points", xytext=(3, 3))
-    real = result["real"]
+    frontier_axes(ax, result["real"], result.get("title") or
+                  "quality–diversity frontier (tdiff: decoder top-p; AR: temperature)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def frontier_axes(ax, real: dict, title: str) -> None:
+    """A frontier panel's frame: the REAL text ({"char_entropy", "judge_ppl"}) as a star on a dashed
+    vertical line, log judge perplexity against character entropy, TITLE."""
     ax.axvline(real["char_entropy"], color="grey", ls="--", lw=0.8)
     ax.plot([real["char_entropy"]], [real["judge_ppl"]], "k*", ms=10, label="real held-out")
     ax.set_yscale("log")
     ax.set_xlabel("character unigram entropy (nats)  [higher = more diverse]")
     ax.set_ylabel("judge perplexity  [lower = reads better]")
-    ax.set_title(result.get("title") or "quality–diversity frontier (tdiff: decoder top-p; AR: temperature)",
-                 fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
+    ax.set_title(title, fontsize=9)
 
 
 def merge_frontiers(results: list[dict], names: list[str]) -> dict:
