@@ -18,4 +18,5 @@ T_SAMPLINGS = ("uniform", "adaptive")                # training/train_dit.py, di
 TIME_GRIDS = ("uniform", "logsnr", "warp")           # diffusion/solvers.py
 DISTILL_METHODS = ("progressive", "consistency")     # training/distill.py
 VAE_DECODERS = ("parallel", "contextual")         # models/vae.py (train-vae --decoder)
+SAMPLE_DECODERS = ("auto",) + VAE_DECODERS         # sampling/sample.py (sample --decoder; auto: the VAE's own)
 CLASSIFIERS = ("snownlp",)                          # evaluate.py (label accuracy of guided samples)

@@ -104,6 +104,11 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype=No
 
 # ---------------------------------------------------------------- attention, MLP, block
 
+def _attn_dtype(x: torch.Tensor, computed: torch.Tensor):
+    """The dtype attention runs in: float32 on CPU (see `Attention`), else the projections' dtype."""
+    return torch.float32 if x.device.type == "cpu" else computed.dtype
+
+
 class Attention(nn.Module):
     """Bidirectional multi-head self-attention with rotary q/k and SDPA (Vaswani et al. 2017).
 
@@ -138,7 +143,7 @@ class Attention(nn.Module):
         B, T, D = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)  # (B, T, 3, nh, hd)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
-        attn_dtype = torch.float32 if x.device.type == "cpu" else qkv.dtype
+        attn_dtype = _attn_dtype(x, qkv)
         if rope is not None:
             cos, sin = rope
             q = apply_rotary(q, cos, sin, attn_dtype)
@@ -214,11 +219,6 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
 
 # ---------------------------------------------------------------- causal decoder with a memory
 
-def _attn_dtype(x: torch.Tensor, computed: torch.Tensor):
-    """The dtype attention runs in: float32 on CPU (see `Attention`), else the projections' dtype."""
-    return torch.float32 if x.device.type == "cpu" else computed.dtype
-
-
 class KVCache:
     """Self-attention keys and values of the positions decoded so far, for token-by-token decoding:
     one (B, nh, SIZE, hd) buffer each, allocated at the first append and filled one position at a time."""
@@ -238,15 +238,12 @@ class KVCache:
         return self.k[:, :, :start + 1], self.v[:, :, :start + 1]
 
 
-class CausalSelfAttention(nn.Module):
+class CausalSelfAttention(Attention):
     """Causal multi-head self-attention with rotary q/k (Vaswani et al. 2017), with a KV cache for
-    token-by-token decoding."""
+    token-by-token decoding (`Attention`'s projections, no biases)."""
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
-        super().__init__()
-        self.n_heads, self.head_dim, self.dropout = n_heads, d_model // n_heads, dropout
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.proj = nn.Linear(d_model, d_model, bias=False)
+        super().__init__(d_model, n_heads, dropout=dropout, bias=False)
 
     def forward(self, x: torch.Tensor, rope, start: int = 0, cache: KVCache | None = None) -> torch.Tensor:
         """x (B, T, D) at positions START..START+T-1; rope = (cos, sin) tables covering them. Without

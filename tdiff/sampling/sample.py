@@ -72,11 +72,11 @@ def check_options(opts: SampleOptions) -> None:
         raise UsageError(f"--time-grid {opts.time_grid!r}: choose one of {', '.join(TIME_GRIDS)}")
     if opts.guidance < 0 or opts.repetition_penalty < 1:
         raise UsageError("--guidance must be ≥ 0 and --repetition-penalty ≥ 1")
+    from tdiff.core.choices import SAMPLE_DECODERS
+
     if opts.decoder not in SAMPLE_DECODERS:
         raise UsageError(f"--decoder {opts.decoder!r}: choose one of {', '.join(SAMPLE_DECODERS)}")
 
-
-SAMPLE_DECODERS = ("auto", "parallel", "contextual")
 
 
 def check_decoder(bundle, opts: SampleOptions) -> None:

@@ -70,7 +70,7 @@ def sample(
         "warp (uniform in the model's training time warp; models trained with --t-sampling adaptive)."),
     round_x0: bool = typer.Option(False, "--round-x0", help="Snap every x0 estimate to the latents of the "
                                   "tokens it decodes to (decoder argmax → encoder); one VAE pass per step."),
-    decoder: Literal["auto", "parallel", "contextual"] = typer.Option(
+    decoder: Literal[choices.SAMPLE_DECODERS] = typer.Option(
         "auto", "--decoder", help="Latents to tokens: auto (the VAE's own decoder), parallel (every position at "
         "once; also the fast path of a VAE trained with --decoder contextual) or contextual (token by token)."),
     no_ema: bool = common.no_ema_option(),

@@ -7,6 +7,7 @@ from typing import Literal, Optional
 
 import typer
 
+from tdiff.core import choices
 from tdiff.cli.commands import common
 from tdiff.cli.commands.training_options import TrainingRun, log_summary, training_command
 
@@ -40,7 +41,7 @@ def train_vae(
     encoder: Optional[Path] = typer.Option(
         None, "--encoder", help="A `tdiff train-ar` directory (same tokenizer): its first half, frozen, reads "
         "the text for the encoder in place of a token embedding (stored inside the VAE)."),
-    decoder: Literal["parallel", "contextual"] = typer.Option(
+    decoder: Literal[choices.VAE_DECODERS] = typer.Option(
         "parallel", "--decoder", help="Latents to tokens: parallel (every position at once) or contextual (also a "
         "small autoregressive decoder on the parallel one's states, CoDAR: samples decode token by token, "
         "coherent where parallel picks disagree; slower to sample)."),
