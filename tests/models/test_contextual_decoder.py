@@ -193,6 +193,9 @@ def test_bogus_decoder_is_a_usage_error(work, tmp_path):
     r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "v.safetensors",
                  "--decoder", "bogus", "--max-steps", "1"])
     one_line_error(r, 2, "--decoder", "bogus")
+    r = run_cli(["train-vae", "-i", work / "ids.jsonl", "-t", work / "tok.model", "-o", tmp_path / "v.safetensors",
+                 "--decoder", "contextual", "--ctx-layers", "0", "--max-steps", "1"])
+    assert r.returncode == 2 and b"--ctx-layers" in r.stderr
     assert not (tmp_path / "v.safetensors").exists()
 
 
