@@ -43,7 +43,7 @@ def load(path, device: str = "cpu", *, ema: bool = True):
 # from this table): name -> (lowest, highest or None).
 RANGES = {"n": (1, 10_000_000), "batch_size": (1, 65_536), "steps": (1, 100_000), "eta": (0.0, 1.0),
           "temperature": (0.0, 100.0), "length": (0, 1_000_000), "mask_len": (1, 100_000), "guidance": (0.0, 100.0),
-          "segments": (1, 1000), "overlap": (0, 100_000), "repetition_penalty": (1.0, 100.0), "top_k": (0, None),
+          "segments": (1, 1000), "overlap": (0, 100_000), "max_tokens": (0, 1_000_000), "repetition_penalty": (1.0, 100.0), "top_k": (0, None),
           "top_p": (0.0, 1.0)}
 
 
@@ -99,22 +99,24 @@ class DiffusionModel:
                  requests=None, label: str | None = None, guidance: float = 0.0, segments: int = 1,
                  overlap: int = 0, repetition_penalty: float = 1.0, time_grid: str = "uniform",
                  round_x0: bool = False, batch_size: int = 16, seed: int = 0, dtype: str = "auto",
-                 compile: bool = False, requests_name: str = "requests", decoder: str = "auto"):
+                 compile: bool = False, requests_name: str = "requests", decoder: str = "auto",
+                 max_tokens: int = 0):
         """Yield the records `tdiff sample` writes ({"text", "ids", "index", "seed", "steps", "solver", …}):
         N unconditional samples, or N for each control request. PROMPT / INFILL / EDIT / LENGTH / LABEL
         describe one request (the syntax of `tdiff sample`, man tdiff-sample); REQUESTS is an iterable
         of (line number, record dict) pairs, each generated N times (REQUESTS_NAME names them in errors).
-        TEMPERATURE None is 0 (greedy decoding of the VAE logits). Same seed, batch size, device and
-        dtype → the same records, byte for byte."""
+        TEMPERATURE None is 0 (greedy decoding of the VAE logits). MAX_TOKENS (block-causal models): sample
+        block by block up to this many tokens, past the window too, each text ending at its end-of-text
+        prediction (0: the window). Same seed, batch size, device and dtype → the same records, byte for byte."""
         from tdiff.core import log
         from tdiff.core.device import resolve_dtype, torch_dtype
-        from tdiff.sampling.sample import SampleOptions, check_decoder, check_memory, check_options, check_spans, \
-            generate, generate_long
+        from tdiff.sampling.sample import SampleOptions, check_decoder, check_length, check_memory, check_options, \
+            check_spans, generate, generate_long
 
         temperature = 0.0 if temperature is None else temperature
         _check_ranges(n=n, batch_size=batch_size, steps=steps, eta=eta, temperature=temperature, length=length,
                       mask_len=mask_len, guidance=guidance, segments=segments, overlap=overlap,
-                      repetition_penalty=repetition_penalty, top_k=top_k, top_p=top_p)
+                      repetition_penalty=repetition_penalty, top_k=top_k, top_p=top_p, max_tokens=max_tokens)
         if requests is not None and any(v is not None for v in (prompt, infill, edit)):
             raise UsageError("--input: the requests come from the file; drop --prompt/--infill/--edit")
         dtype = resolve_dtype(dtype, self.device)
@@ -128,9 +130,10 @@ class DiffusionModel:
         opts = SampleOptions(num=n, batch_size=batch_size, steps=steps, solver=solver, eta=eta,
                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, dtype=dtype,
                              time_grid=time_grid, round_x0=round_x0, guidance=guidance,
-                             repetition_penalty=repetition_penalty, decoder=decoder)
+                             repetition_penalty=repetition_penalty, decoder=decoder, max_tokens=max_tokens)
         check_options(opts)
         check_decoder(self.bundle, opts)
+        check_length(self.bundle, opts, segments)
         todo = self._requests(requests, n, prompt=prompt, infill=infill, edit=edit, length=length,
                               mask_len=mask_len, label=label, name=requests_name)
         first, todo = _first_batch(todo, batch_size, n)
@@ -234,7 +237,8 @@ DIFFUSION_ONLY = {"round_x0": ("--round-x0", False), "time_grid": ("--time-grid"
                   "infill": ("--infill", None), "edit": ("--edit", None), "requests": ("--input", None),
                   "label": ("--label", None), "guidance": ("--guidance", 0.0),
                   "repetition_penalty": ("--repetition-penalty", 1.0), "segments": ("--segments", 1),
-                  "compile": ("--compile", False), "decoder": ("--decoder", "auto")}
+                  "compile": ("--compile", False), "decoder": ("--decoder", "auto"),
+                  "max_tokens": ("--max-tokens", 0)}
 IGNORED_BY_AR = {"steps", "solver", "eta", "mask_len", "overlap", "requests_name"}
 
 

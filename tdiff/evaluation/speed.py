@@ -26,7 +26,8 @@ def _timing(times, positions_per_run, generated) -> dict:
 
 def timed_diffusion_batch(bundle, batch_size: int, opts, generator, device):
     """(seconds, ids (B, L) on the CPU) of one batch through the sampling path of `tdiff sample`:
-    noise → solver → VAE decoder → token ids. The clock includes the copy to the CPU."""
+    noise → solver → VAE decoder → token ids. The clock includes the copy to the CPU. A block-causal
+    model stops where its batch's texts have ended: its L is then below the window."""
     from tdiff.sampling.sample import latents_to_ids, sample_latents
 
     _sync(device)
@@ -64,8 +65,9 @@ def speed_diffusion(bundle, device, steps: int = 12, solver: str = "dpm", batch_
                     compile: bool = False) -> dict:
     """Time WARMUP untimed then REPEATS timed batches of BATCH_SIZE samples (noise → latents → ids).
 
-    tokens/s counts every position of the fixed sequence length (batch × max_len per batch: the work
-    done); generated_tokens_per_s counts the tokens left after cutting at the predicted end of text.
+    tokens/s counts every position decoded (batch × max_len per batch, or for a block-causal model the
+    positions up to the block where its batch's texts ended: the work done); generated_tokens_per_s
+    counts the tokens left after cutting at the predicted end of text.
     With COMPILE the networks run through torch.compile (tdiff/sampling/compiled.py); the first warm-up batch
     then includes the compiling, reported as warmup_s.
     """
@@ -80,19 +82,20 @@ def speed_diffusion(bundle, device, steps: int = 12, solver: str = "dpm", batch_
 
         bundle = compile_bundle(bundle, device, batch_size)
     length = bundle.vae.config.max_len
-    times, warm, generated = [], [], 0
+    times, warm, generated, positions = [], [], 0, 0
     for r in range(warmup + repeats):
         g = generator(seed, r, "sample", device)
         dt, ids = timed_diffusion_batch(bundle, batch_size, opts, g, device)
         if r >= warmup:
             times.append(dt)
+            positions += ids.numel()
             generated += sum(len(trim_ids(row, bundle.tokenizer)) for row in ids.tolist())
         else:
             warm.append(round(dt, 4))
     out = {"kind": "diffusion", "solver": solver, "steps": steps, "batch_size": batch_size, "length": length,
            "repeats": repeats, "warmup_batches": warmup, "warmup_s": warm, "dtype": dtype, "compile": compile,
            "device": str(device)}
-    out.update(_timing(times, batch_size * length, generated))
+    out.update(_timing(times, positions / max(len(times), 1), generated))
     return out
 
 

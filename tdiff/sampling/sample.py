@@ -28,6 +28,7 @@ class SampleOptions:
     guidance: float = 0.0          # classifier-free guidance weight w (label-conditional models)
     repetition_penalty: float = 1.0   # > 1: lower the logits of tokens already decoded in the row
     decoder: str = "auto"          # auto: the VAE's own; parallel: the per-position head of any VAE
+    max_tokens: int = 0            # block-causal models: tokens to sample at most, past the window too (0: the window)
 
 
 END_RUN = 3   # pads in a row that end a text
@@ -86,6 +87,18 @@ def check_decoder(bundle, opts: SampleOptions) -> None:
                          "(train one with `tdiff train-vae --decoder contextual`)")
 
 
+def check_length(bundle, opts: SampleOptions, segments: int = 1) -> None:
+    """A usage error for --max-tokens on a model that cannot use it."""
+    if not opts.max_tokens:
+        return
+    if not bundle.dit.config.block_causal:
+        raise UsageError("--max-tokens: needs a block-causal model (train it with --block-size); a parallel model "
+                         "writes longer texts with --segments")
+    if segments > 1:
+        raise UsageError("--max-tokens and --segments: choose one (a block-causal model goes past its window "
+                         "with --max-tokens)")
+
+
 def sampling_plan(bundle, steps, solver):
     """(steps, solver, notes) for BUNDLE: what the user asked (None: not given), else a student's
     own steps and solver, else 12 dpm steps. NOTES are the lines to tell the user: which defaults a
@@ -107,9 +120,9 @@ def sampling_plan(bundle, steps, solver):
 
 
 def sample_latents(bundle, b: int, opts: SampleOptions, generator, device, callback=None,
-                   label=None, cond_x=None, cond_mask=None):
+                   label=None, cond_x=None, cond_mask=None, must=None):
     """Run the solver from N(0, I) noise; returns normalized latents (B, N, D). A block-causal
-    model is sampled block by block (`sample_blocks`)."""
+    model is sampled block by block (`sample_blocks`: (B, P, D), P positions up to its stop)."""
     import torch
 
     from tdiff.core.device import autocast
@@ -122,7 +135,7 @@ def sample_latents(bundle, b: int, opts: SampleOptions, generator, device, callb
     kw = {"eta": opts.eta} if opts.solver == "ddim" else {}
     if bundle.dit.config.block_causal:
         return sample_blocks(bundle, b, opts, ts, generator, device, callback=callback, label=label, cond_x=cond_x,
-                             cond_mask=cond_mask, **kw)
+                             cond_mask=cond_mask, must=must, **kw)
     denoise = bundle.denoiser(label=label, cond_x=cond_x, cond_mask=cond_mask, round_x0=opts.round_x0,
                               guidance=opts.guidance)
     with torch.inference_mode():
@@ -133,15 +146,22 @@ def sample_latents(bundle, b: int, opts: SampleOptions, generator, device, callb
 
 
 def sample_blocks(bundle, b: int, opts: SampleOptions, ts, generator, device, callback=None, label=None,
-                  cond_x=None, cond_mask=None, **kw):
+                  cond_x=None, cond_mask=None, must=None, **kw):
     """Block-causal sampling (BD3-LM, Arriola et al. 2025, Algorithm 2, in latent space): the blocks
     left to right, each denoised by the solver over the grid TS with the keys/values of the finished
     blocks cached (`DiT.extend_cache`), then appended to the cache as clean latents. A block whose
     latents are all known (a prompt's, the pads after a fixed --length) is given, not sampled; a
-    partly known one is sampled with its known positions as conditioning. The noise of every block
+    partly known one is sampled with its known positions as conditioning. The noise of the window
     is drawn up front, (B, N, D), so the same seed gives the same texts at any block size's
     schedule of calls. With guidance the cache holds the conditional and the null rows (2B).
-    Returns normalized latents (B, N, D)."""
+
+    Variable length (BD3-LM §4.1, "arbitrary-length sequence generation"): after each sampled block,
+    once nothing known or required lies ahead (cond_mask, MUST (B, L): positions that must be text),
+    sampling stops when every row's text has ended (`ended_rows`); it goes on past the window up to
+    OPTS.max_tokens tokens (0: the window): when the next block would leave the window, the frame
+    slides so that its last `slide_keep` latents come first, and the cache is rebuilt from them block
+    by block, as the model saw such context in training (positions from the frame's start).
+    Returns normalized latents (B, P, D), P the positions sampled (≤ N when the texts end early)."""
     import torch
 
     from tdiff.core.device import autocast
@@ -151,29 +171,97 @@ def sample_blocks(bundle, b: int, opts: SampleOptions, ts, generator, device, ca
         raise UsageError("--round-x0: not available for a block-causal model (a block alone does not decode)")
     dit = bundle.dit
     n, d = bundle.latent_shape
+    k = bundle.vae.config.latent_stride
     bs = dit.config.block
+    total = -(-opts.max_tokens // k) if opts.max_tokens else n                # P, latent positions at most
+    keep = slide_keep(n, bs)
     guided = bool(opts.guidance) and label is not None
     cache_label = torch.cat([label, torch.full_like(label, -1)]) if guided else label   # (2B,) or (B,)
     solver = get_solver(opts.solver)
-    blocks, cache = [], []
+
+    def cached(x0, at, cache):
+        return dit.extend_cache(torch.cat([x0, x0]) if guided else x0, at, cache, label=cache_label)
+
+    def ahead_free(e):
+        """Nothing known or required at latent positions e… (window coordinates)."""
+        free_x = cond_mask is None or not bool(cond_mask[:, e:].any())
+        return free_x and (must is None or not bool(must[:, e * k:].any()))
+
+    out, cache = [], []
+    ended = torch.zeros(b, dtype=torch.bool, device=device)                  # (B,)
     with torch.inference_mode():
         noise = torch.randn((b, n, d), generator=generator, device=device)   # (B, N, D) at t = 1
         with autocast(device, opts.dtype):
-            for s in range(0, n, bs):
-                e = min(n, s + bs)
-                cx = None if cond_x is None else cond_x[:, s:e]                  # (B, T, D)
-                cm = None if cond_mask is None else cond_mask[:, s:e]            # (B, T, 1)
-                if cm is not None and bool(cm.all()):
-                    x0 = cx.to(noise.dtype)                                      # (B, T, D) given
+            pos, frame = 0, 0                                                # next block; the frame's first latent
+            while pos < total:
+                if pos - frame >= n:                                         # slide: the last KEEP latents first
+                    frame = pos - keep
+                    ctx = torch.cat(out, dim=1)[:, frame:pos]                # (B, KEEP, D)
+                    cache = []
+                    for s in range(0, keep, bs):
+                        cache = cached(ctx[:, s:s + bs], s, cache)
+                rel = pos - frame
+                e = min(frame + min(n, rel + bs), total)                     # block = latents pos…e
+                inside = e <= n                                              # the first window: cond applies
+                cx = cond_x[:, pos:e] if inside and cond_x is not None else None      # (B, T, D)
+                cm = cond_mask[:, pos:e] if inside and cond_mask is not None else None  # (B, T, 1)
+                given = cm is not None and bool(cm.all())
+                if given:
+                    x0 = cx.to(noise.dtype)                                  # (B, T, D) given
                 else:
+                    eps = noise[:, pos:e] if inside else torch.randn((b, e - pos, d), generator=generator,
+                                                                      device=device)   # (B, T, D)
                     denoise = bundle.denoiser(label=label, cond_x=cx, cond_mask=cm, guidance=opts.guidance,
-                                              start=s, cache=cache)
-                    x0 = solver(denoise, noise[:, s:e], ts, bundle.schedule, generator=generator,
-                                callback=callback, **kw)                         # (B, T, D)
-                blocks.append(x0)
-                if e < n:
-                    cache = dit.extend_cache(torch.cat([x0, x0]) if guided else x0, s, cache, label=cache_label)
-    return torch.cat(blocks, dim=1)                                          # (B, N, D)
+                                              start=rel, cache=cache)
+                    x0 = solver(denoise, eps, ts, bundle.schedule, generator=generator, callback=callback,
+                                **kw)                                        # (B, T, D)
+                out.append(x0)
+                if e >= total:
+                    break
+                if not given and (not inside or ahead_free(e)):
+                    z = torch.cat(out, dim=1)                                # (B, e, D)
+                    ended |= ended_rows(bundle, z, pos, e, must if inside else None)
+                    if bool(ended.all()):
+                        break
+                cache = cached(x0, rel, cache)
+                pos = e
+    return torch.cat(out, dim=1)                                             # (B, P, D)
+
+
+def slide_keep(n: int, block: int) -> int:
+    """Latent positions a sliding frame of N keeps as context: half the window in whole blocks, at
+    least one block (so a frame moves by about half a window between cache rebuilds)."""
+    return max(block, (n // 2) // block * block)
+
+
+END_CONTEXT = 16   # latent positions before a block that the end-of-text check decodes with it
+
+
+def ended_rows(bundle, z, s: int, e: int, must=None):
+    """(B,) bool: the rows of normalized latents Z (B, P, D) whose block at latent positions s…e
+    reads as the end of the text: the parallel decoder's greedy tokens hold a run of END_RUN pads
+    (the rule of `trim_ids`) in the block or reaching into it. The decoder sees the block with up to
+    END_CONTEXT latents before it (what follows is not sampled yet); where MUST (B, L) is true a pad
+    may not be read (as in `latents_to_ids`). This check is the stop of `sample_blocks`."""
+    import torch
+
+    vae, tok = bundle.vae, bundle.tokenizer
+    k = vae.config.latent_stride
+    c = max(0, s - END_CONTEXT)
+    first = max(c * k, s * k - (END_RUN - 1))                                  # token: runs reaching into the block
+    h = vae.decode_hidden(vae.denormalize(z[:, c:e].float()))[:, first - c * k:]   # (B, R, D)
+    logits = vae.lm_head(h)                                                  # (B, R, V)
+    if must is not None:
+        m = must[:, first:e * k].to(logits.device)                           # (B, R') R' ≤ R
+        m = torch.nn.functional.pad(m, (0, h.shape[1] - m.shape[1]))         # (B, R)
+        for i in (tok.bos_id, tok.eos_id):
+            if i is not None and 0 <= i < logits.shape[-1]:
+                logits[..., i] = logits[..., i].masked_fill(m, float("-inf"))
+        logits[..., tok.pad_id] = logits[..., tok.pad_id].masked_fill(m, float("-inf"))
+    pads = (logits.argmax(-1) == tok.pad_id)                                 # (B, R)
+    if pads.shape[1] < END_RUN:
+        return torch.zeros(z.shape[0], dtype=torch.bool, device=z.device)
+    return pads.unfold(1, END_RUN, 1).all(-1).any(-1)                        # (B,)
 
 
 def penalize_repeats(logits, penalty: float):
@@ -268,6 +356,27 @@ def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None, kn
         return filter_logits(logits, opts.temperature, opts.top_k, opts.top_p, generator)
 
 
+def decode_windows(bundle, z, opts: SampleOptions, generator, must, known=None):
+    """Normalized latents (B, P, D) → token ids (B, P·k), `latents_to_ids` one window of N latents
+    at a time (a block-causal model's latents may run past the window, or stop before its end):
+    MUST (B, L) and KNOWN (ids, mask) describe the first window; later windows continue a text."""
+    import torch
+
+    n = bundle.latent_shape[0]
+    k = bundle.vae.config.latent_stride
+    out = []
+    for s in range(0, z.shape[1], n):
+        zw = z[:, s:s + n]                                                     # (B, T, D)
+        T = zw.shape[1] * k
+        if s == 0:
+            kn = None if known is None else tuple(x[:, :T] for x in known)
+            out.append(latents_to_ids(bundle, zw, opts, generator, must_text=must[:, :T], known=kn))
+        else:
+            free = torch.zeros(z.shape[0], T, dtype=torch.bool)
+            out.append(latents_to_ids(bundle, zw, opts, generator, must_text=free))
+    return torch.cat(out, dim=1)                                               # (B, P·k)
+
+
 def label_index(bundle, label, where: str = "--label", error=UsageError):
     """The model's index of label name LABEL (None: the null label, -1). An unknown label is ERROR
     (a UsageError for the --label option; a DataError naming 'file:line' for a record's label)
@@ -357,11 +466,13 @@ def generate(bundle, opts: SampleOptions, device, requests=None, *, first_batch:
             check_guidance(bundle, opts, batch[0].label)
             label = torch.tensor(labels, dtype=torch.long, device=device)                     # (B,)
         must = torch.tensor([t.must_text for t in batch], dtype=torch.bool)                 # (B, L)
-        z = sample_latents(bundle, b, opts, g, device, label=label, cond_x=cond_x, cond_mask=cond_mask)
-        pred = latents_to_ids(bundle, z, opts, g, must_text=must,
-                              known=None if known is None else (ids, known))                  # (B, L)
+        z = sample_latents(bundle, b, opts, g, device, label=label, cond_x=cond_x, cond_mask=cond_mask,
+                           must=must)                                                     # (B, P, D)
+        pred = decode_windows(bundle, z, opts, g, must, None if known is None else (ids, known))   # (B, P·k)
+        if pred.shape[1] < window:                                   # a block model's texts ended early
+            pred = torch.cat([pred, pred.new_full((b, window - pred.shape[1]), tok.pad_id)], dim=1)   # (B, L)
         if known is not None:
-            pred = force_known(pred, ids, known)
+            pred = torch.cat([force_known(pred[:, :window], ids, known), pred[:, window:]], dim=1)
         for i, (row, t) in enumerate(zip(pred.cpu().tolist(), batch)):
             kept = assemble(row, t, tok, trim_ids)
             rec = {**t.fields, "text": tok.decode(kept), "ids": kept, "index": done + i, "seed": opts.seed,

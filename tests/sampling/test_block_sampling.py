@@ -43,11 +43,13 @@ def test_samples_are_seeded_and_keep_prompt_and_length(block_model):
         assert len(_records(run_cli(["sample", "-m", block_model, "-n", "2", "--steps", "2", "--solver", solver]))) == 2
 
 
-def test_given_blocks_are_not_sampled(block_model):
-    """Blocks whose latents are all known skip the solver: 3 steps × (22 − 2) blocks of calls."""
+def test_given_blocks_are_not_sampled(block_model, monkeypatch):
+    """Blocks whose latents are all known skip the solver: 3 steps × (22 − 2) blocks of calls (the
+    texts made never to end, so that every block is sampled)."""
     from tdiff.formats.model import load_model
     from tdiff.sampling.sample import SampleOptions, sample_latents
 
+    _never_ends(monkeypatch)
     b = load_model(block_model)
     n, d = b.latent_shape
     calls = []
@@ -78,3 +80,108 @@ def test_eval_measures_a_block_model(block_model, work):
     assert r.returncode == 0, r.stderr.decode()
     by_t = json.loads(r.stdout)["noise_levels"]["by_t"]
     assert all(0 <= v["denoiser_accuracy"] <= 1 for v in by_t.values())
+
+
+def _never_ends(monkeypatch):
+    import tdiff.sampling.sample as S
+
+    monkeypatch.setattr(S, "ended_rows", lambda bundle, z, s, e, must=None: torch.zeros(z.shape[0], dtype=torch.bool))
+
+
+def test_max_tokens_slides_past_the_window(block_model, monkeypatch):
+    """Past the window the frame slides by half a window: the cache is rebuilt from the frame's first
+    latents block by block (positions 0, 4, …), the next block sits after them, and the first window
+    is the one sampled without --max-tokens."""
+    from tdiff.formats.model import load_model
+    from tdiff.sampling.sample import SampleOptions, sample_latents, slide_keep
+
+    _never_ends(monkeypatch)
+    b = load_model(block_model)
+    n, d = b.latent_shape
+    k = b.vae.config.latent_stride
+    keep = slide_keep(n, 4)
+    assert keep == (n // 2) // 4 * 4 and slide_keep(8, 8) == 8 and slide_keep(64, 16) == 32
+    starts, calls = [], []
+    extend = b.dit.extend_cache
+    monkeypatch.setattr(b.dit, "extend_cache", lambda x0, s, cache, label=None: (starts.append(s), extend(
+        x0, s, cache, label=label))[1])
+    g = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    cpu = torch.device("cpu")
+    window = sample_latents(b, 2, SampleOptions(steps=2), g(), cpu)
+    starts.clear()
+    total = n + 4 + 2                                                  # latents: one whole block and a half one
+    z = sample_latents(b, 2, SampleOptions(steps=2, max_tokens=total * k), g(), cpu,
+                       callback=lambda *a: calls.append(a[0]))
+    assert z.shape == (2, total, d)
+    assert torch.equal(z[:, :n], window)
+    blocks = -(-n // 4) + 2
+    assert len(calls) == 2 * blocks
+    first = list(range(0, n, 4))                                       # the first window's blocks
+    rebuilt = list(range(0, keep, 4))                                  # the slide: the kept context, block by block
+    assert starts == first + rebuilt + [keep]
+
+
+def test_sampling_stops_when_every_text_has_ended(block_model, monkeypatch):
+    import tdiff.api
+    import tdiff.sampling.sample as S
+
+    seen = []
+    monkeypatch.setattr(S, "ended_rows", lambda bundle, z, s, e, must=None: (
+        seen.append((s, e)), torch.ones(z.shape[0], dtype=torch.bool))[1])
+    m = tdiff.api.load(block_model)
+    recs = list(m.generate(3, steps=2, seed=1))
+    assert seen == [(0, 4)]                                             # checked after the first block, then stopped
+    k = m.bundle.vae.config.latent_stride
+    assert all(1 <= len(r["ids"]) <= 4 * k for r in recs)
+    seen.clear()
+    fixed = list(m.generate(2, steps=2, length=10))                    # the given pads lie ahead: no early stop
+    assert all(len(r["ids"]) == 10 for r in fixed) and not seen
+
+
+def test_the_end_of_text_rule():
+    """`ended_rows` reads a run of three pads in the block or reaching into it, never where a pad is
+    barred (MUST), and looks at END_CONTEXT latents before the block only."""
+    from types import SimpleNamespace
+
+    from tdiff.sampling.sample import END_CONTEXT, ended_rows
+
+    pad, V, k = 0, 5, 2
+
+    class Vae:
+        config = SimpleNamespace(latent_stride=k)
+
+        def denormalize(self, z):
+            return z
+
+        def decode_hidden(self, z):                                   # latent (B, N, 2) holds two token ids
+            self.seen = z.shape[1]
+            return torch.nn.functional.one_hot(z.long().reshape(z.shape[0], -1), V).float()   # (B, N·k, V)
+
+        def lm_head(self, h):
+            return h
+
+    vae = Vae()
+    bundle = SimpleNamespace(vae=vae, tokenizer=SimpleNamespace(pad_id=pad, bos_id=1, eos_id=2))
+    rows = [[3, 3, 3, 3, 3, 0, 0, 0],      # pads inside the block of latents 2…4 (tokens 4…7)
+            [3, 3, 3, 0, 0, 3, 3, 3],      # a run of two: not an end
+            [3, 3, 3, 0, 0, 0, 4, 4],      # a run that starts before the block (token 3) and reaches into it
+            [0, 0, 0, 3, 3, 3, 3, 3]]      # a run wholly before the block: not this block's end
+    z = torch.tensor(rows, dtype=torch.float).reshape(4, 4, k)         # (B, N, C)
+    assert ended_rows(bundle, z, 2, 4).tolist() == [True, False, True, False]
+    must = torch.zeros(4, 8, dtype=torch.bool)
+    must[0, 6:] = True                                                 # barred pads: row 0 reads text there
+    assert ended_rows(bundle, z, 2, 4, must).tolist() == [False, False, True, False]
+    long = torch.full((1, END_CONTEXT + 8, k), 3.0)
+    ended_rows(bundle, long, END_CONTEXT + 4, END_CONTEXT + 8)
+    assert vae.seen == END_CONTEXT + 4                                 # the block and END_CONTEXT latents before it
+
+
+def test_max_tokens_on_the_command_line(block_model, work):
+    recs = _records(run_cli(["sample", "-m", block_model, "-n", "2", "--steps", "2", "--max-tokens", "300"]))
+    assert len(recs) == 2 and all(1 <= len(r["ids"]) <= 300 for r in recs)
+    r = run_cli(["sample", "-m", work / "model.safetensors", "-n", "1", "--max-tokens", "300"])
+    one_line_error(r, 2, "--max-tokens", "block-causal")
+    r = run_cli(["sample", "-m", block_model, "-n", "1", "--max-tokens", "300", "--segments", "2"])
+    one_line_error(r, 2, "--max-tokens", "--segments")
+    r = run_cli(["sample", "-m", block_model, "-n", "1", "--max-tokens", "-1"])
+    assert r.returncode == 2 and b"--max-tokens" in r.stderr

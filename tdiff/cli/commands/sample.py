@@ -58,6 +58,10 @@ def sample(
     overlap: int = typer.Option(0, "--overlap", min=R["overlap"][0], max=R["overlap"][1],
                                 help="With --segments: tokens each new window is given (0: a quarter of the "
                                      "window)."),
+    max_tokens: int = typer.Option(0, "--max-tokens", min=R["max_tokens"][0], max=R["max_tokens"][1],
+                                   help="Block-causal models (train --block-size): sample block by block up to this "
+                                        "many tokens, past the window too; each text ends at its end-of-text "
+                                        "prediction (0: the window)."),
     repetition_penalty: float = typer.Option(1.0, "--repetition-penalty", min=R["repetition_penalty"][0],
                                              max=R["repetition_penalty"][1],
                                              help="Lower the logits of tokens decoded elsewhere in the same sample "
@@ -98,7 +102,8 @@ def sample(
                          requests_name=display_name(input) if input is not None else "requests", label=label,
                          guidance=guidance, segments=segments, overlap=overlap,
                          repetition_penalty=repetition_penalty, time_grid=time_grid, round_x0=round_x0,
-                         batch_size=batch_size, seed=seed, dtype=dtype, compile=compile, decoder=decoder)
+                         batch_size=batch_size, seed=seed, dtype=dtype, compile=compile, decoder=decoder,
+                         max_tokens=max_tokens)
     t0 = time.perf_counter()
     ntok = count = 0
     with memory.out_of_memory_errors("try a smaller --batch-size"), open_output(output) as out:
