@@ -13,7 +13,19 @@ warm-up. Operator self-times are grouped into:
   bookkeeping (for AR `generate`: its per-token logits processing, cache updates, stopping
   criteria; for tdiff: the solver's float64 coefficient arithmetic and the loop).
 
+The same tdiff run is also split by component ("components"), with timing wrappers instead of the
+profiler (exclusive times: a component's own time, its sub-components' taken out):
+
+- dit: the denoiser network (DiT forward; a block model's forward_cached and extend_cache) but its
+  attention; dit_attention: the DiT's attention (projections, rotary, SDPA, output projection),
+- denoiser_glue: the x0 estimate around the network (known-span merge, v → x0),
+- vae_decoder: the VAE decoder's blocks but their attention; vae_attention: theirs,
+- head: the V-way output layer and its greedy argmax (`greedy_head`),
+- end_check: a block model's end-of-text reading (`ended_rows`, its decoder and head included),
+- solver_and_loop: the rest of the wall time: noise, the solver's update arithmetic, Python.
+
 Usage: python -m bench.speed.profile_sample [--steps 12] [--batch 1,64] [--dtype fp32] [--preset tiny]
+       [--model model.safetensors]
 """
 
 from __future__ import annotations
@@ -67,6 +79,62 @@ def profile(fn) -> dict:
             "top_ops": [{"op": k, "self_s": round(s, 4), "calls": c} for s, k, c in top[:6]]}
 
 
+COMPONENTS = [  # (owner, attribute, key): the wrapped callables of `components`
+    ("tdiff.models.dit:DiT", "forward", "dit"), ("tdiff.models.dit:DiT", "forward_cached", "dit"),
+    ("tdiff.models.dit:DiT", "extend_cache", "dit"), ("tdiff.models.layers:Attention", "attend", "attention"),
+    ("tdiff.formats.model:Bundle", "x0_estimate", "denoiser_glue"),
+    ("tdiff.models.vae:TextVAE", "decode_hidden", "vae_decoder"),
+    ("tdiff.sampling.sample", "greedy_head", "head"), ("tdiff.sampling.sample", "ended_rows", "end_check"),
+]
+
+
+def components(fn) -> dict:
+    """Wall time of one call of FN split into COMPONENTS' exclusive times (attention counted as
+    dit_attention inside the DiT, vae_attention elsewhere); the remainder is solver_and_loop."""
+    import importlib
+    from collections import defaultdict
+
+    spent: dict[str, float] = defaultdict(float)
+    stack: list[list] = []                                 # [key, time of children]
+    saved = []
+
+    def wrap(owner, name, key):
+        orig = getattr(owner, name)
+
+        def timed(*a, **k):
+            if key == "attention":
+                k_ = "dit_attention" if any(f[0] == "dit" for f in stack) else "vae_attention"
+            else:
+                k_ = key
+            stack.append([k_, 0.0])
+            t0 = time.perf_counter()
+            try:
+                return orig(*a, **k)
+            finally:
+                dt = time.perf_counter() - t0
+                _, child = stack.pop()
+                spent[k_] += dt - child
+                if stack:
+                    stack[-1][1] += dt
+        setattr(owner, name, timed)
+        saved.append((owner, name, orig))
+
+    for where, name, key in COMPONENTS:
+        mod, _, cls = where.partition(":")
+        owner = importlib.import_module(mod)
+        wrap(getattr(owner, cls) if cls else owner, name, key)
+    try:
+        t0 = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t0
+    finally:
+        for owner, name, orig in reversed(saved):
+            setattr(owner, name, orig)
+    spent["solver_and_loop"] = max(0.0, wall - sum(spent.values()))
+    return {"wall_s": round(wall, 4), "seconds": {k: round(v, 4) for k, v in spent.items()},
+            "share": {k: round(v / wall, 3) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="tiny")
@@ -74,8 +142,9 @@ def main() -> int:
     p.add_argument("--batch", type=S.int_list, default=[1, 64])
     p.add_argument("--dtype", default="fp32")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--model", default="", help="a trained model.safetensors instead of random weights")
     a = p.parse_args()
-    sargs = S.parse_args(["--preset", a.preset, "--steps", str(a.steps)])
+    sargs = S.parse_args(["--preset", a.preset, "--steps", str(a.steps)] + (["--model", a.model] if a.model else []))
 
     import torch
 
@@ -95,6 +164,8 @@ def main() -> int:
             S.log(f"profiling {name} at batch {batch}")
             r = profile(fn)
             r.update(method=name, batch=batch, tokens_per_s_under_profiler=round(batch * L / r["wall_s"], 1))
+            if name != "ar":
+                r["components"] = components(fn)
             out["runs"].append(r)
     print_json(out, indent=1)
     return 0

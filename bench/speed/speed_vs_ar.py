@@ -16,6 +16,10 @@ In one process, on one device, with the same thread count and dtype options:
   fastest stock path transformers offers for batched greedy decoding.
 - Speed does not depend on the weights (no early stop: AR is forced to L new tokens, the
   solver always runs all steps), so random weights give the same timings as trained ones.
+- `--block-size 16,8,4`: block-causal sampling (`tdiff train --block-size`) of the same random
+  denoiser weights at each block size, --block-steps steps per block, one row per size. Every block
+  is sampled (the end-of-text stop is switched off: random weights would end a text anywhere), so
+  the rows compare the same L positions; always eager (`--compile` refuses block models).
 - `--compile tdiff`: the tdiff path as `tdiff sample --compile` runs it (tdiff.sampling.compiled: DiT, VAE decoder
   and greedy head through torch.compile, frozen weights on CPU), compiled once per batch size.
   `--compile both` also gives the AR side the fast path transformers documents for `generate`: a static
@@ -47,6 +51,7 @@ import statistics
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.common import ROOT, corpus_dir, gpt2_params, loadavg, logger, print_json, tdiff_params
@@ -215,9 +220,36 @@ def build_ar(tdiff_total: int, vocab: int, seq_len: int, tok, args, device):
 # ---------------------------------------------------------------- the timed runs
 
 
+def with_block_size(bundle, block: int):
+    """BUNDLE with its denoiser's weights in a block-causal DiT of BLOCK latents per block."""
+    from dataclasses import replace
+
+    from tdiff.models.dit import DiT
+
+    dit = DiT(replace(bundle.dit.config, block_size=block))
+    dit.load_state_dict(bundle.dit.state_dict())
+    return replace(bundle, dit=dit.to(next(bundle.dit.parameters()).device).eval())
+
+
+@contextmanager
+def every_block():
+    """Block-causal sampling without its end-of-text stop (tdiff.sampling.sample.ended_rows never true)."""
+    import torch
+
+    import tdiff.sampling.sample as S
+
+    orig = S.ended_rows
+    S.ended_rows = lambda bundle, z, s, e, must=None: torch.zeros(z.shape[0], dtype=torch.bool, device=z.device)
+    try:
+        yield
+    finally:
+        S.ended_rows = orig
+
+
 class Runner:
-    def __init__(self, bundle, model, seq_len: int, device, compile: str = "none"):
+    def __init__(self, bundle, model, seq_len: int, device, compile: str = "none", blocks=()):
         self.bundle, self.model, self.L, self.device = bundle, model, seq_len, device
+        self.blocks = {b: with_block_size(bundle, b) for b in blocks}   # block size -> block-causal bundle
         self.pad = bundle.tokenizer.pad_id
         self.solver = "dpm"
         self.compile = compile
@@ -251,7 +283,8 @@ class Runner:
             raise SystemExit(f"speed_vs_ar: generate returned {tuple(out.shape)}, expected {(batch, 1 + n)}")
         return {"time_s": dt, "tokens": batch * n}
 
-    def tdiff(self, batch: int, dtype: str, steps: int) -> dict:
+    def tdiff(self, batch: int, dtype: str, steps: int, block: int = 0) -> dict:
+        """One timed batch at STEPS; BLOCK > 0: the block-causal bundle of that size, every block sampled."""
         from tdiff.evaluation.speed import timed_diffusion_batch
         from tdiff.models.vae import text_lengths
         from tdiff.sampling.sample import SampleOptions
@@ -259,7 +292,11 @@ class Runner:
 
         opts = SampleOptions(num=batch, batch_size=batch, steps=steps, solver=self.solver, dtype=dtype)
         g = generator(0, steps, "sample", self.device)
-        dt, ids = timed_diffusion_batch(self.bundle_for(batch), batch, opts, g, self.device)   # (B, L)
+        if block:
+            with every_block():
+                dt, ids = timed_diffusion_batch(self.blocks[block], batch, opts, g, self.device)   # (B, L)
+        else:
+            dt, ids = timed_diffusion_batch(self.bundle_for(batch), batch, opts, g, self.device)   # (B, L)
         trimmed = int(text_lengths(ids, self.pad).sum())
         return {"time_s": dt, "tokens": ids.numel(), "tokens_trimmed": trimmed}
 
@@ -311,6 +348,9 @@ def parse_args(argv=None):
     p.add_argument("--tok-lines", type=int, default=20000, help="corpus lines for the throw-away tokenizer")
     p.add_argument("--compile", choices=("none", "tdiff", "both"), default="none",
                    help="torch.compile the tdiff path (tdiff), or both it and the AR forward with a static cache")
+    p.add_argument("--block-size", type=int_list, default=[], help="block sizes of block-causal rows, comma-separated "
+                   "(latent positions per block; default none)")
+    p.add_argument("--block-steps", type=int, default=12, help="solver steps per block of the block-causal rows")
     p.add_argument("--quick", action="store_true", help="smoke run: steps 4,12, batch 1,8, one repeat, small peak")
     a = p.parse_args(argv)
     a.steps = a.steps or ([4, 12] if a.quick else [4, 12, 50])
@@ -319,8 +359,10 @@ def parse_args(argv=None):
     a.peak_n = a.peak_n or (1024 if a.quick else 2048)
     if a.quick and not a.repeats:
         a.repeats = 1
-    if min(a.steps) < 1 or min(a.batch) < 1 or a.repeats < 0 or a.threads < 1:
+    if min(a.steps) < 1 or min(a.batch) < 1 or a.repeats < 0 or a.threads < 1 or a.block_steps < 1:
         p.error("steps, batch and threads must be ≥ 1, repeats ≥ 0")
+    if a.block_size and min(a.block_size) < 1:
+        p.error("--block-size: block sizes must be ≥ 1")
     return a
 
 
@@ -349,7 +391,20 @@ def main(argv=None) -> int:
     model, ar_count, ar_info = build_ar(tp["total"], V, L, tok, args, device)
     log(f"tdiff {tp['total']} params (sampling path {tp['sampling_path']}), GPT-2 {ar_info['n_layer']}x"
         f"{ar_info['n_embd']} {ar_count} params ({ar_count / tp['total']:.3f}x)")
-    runner = Runner(bundle, model, L, device, args.compile)
+    n_latent = bundle.dit.config.max_len
+    if any(b >= n_latent for b in args.block_size):
+        raise SystemExit(f"speed_vs_ar: --block-size must be below the {n_latent} latent positions (that is the "
+                         "parallel model)")
+    runner = Runner(bundle, model, L, device, args.compile, args.block_size)
+    keys = list(args.steps) + [("block", b) for b in args.block_size]   # the tdiff methods of every row
+
+    def run_key(key, batch, dtype):
+        if isinstance(key, tuple):
+            return runner.tdiff(batch, dtype, args.block_steps, block=key[1])
+        return runner.tdiff(batch, dtype, key)
+
+    def label(key):
+        return f"{runner.solver}{args.block_steps}-block{key[1]}" if isinstance(key, tuple) else f"{runner.solver}{key}"
     from tdiff.sampling.sample import sampling_plan
 
     runner.solver = args.solver or sampling_plan(bundle, None, None)[1]     # a student's own solver, else dpm
@@ -360,8 +415,8 @@ def main(argv=None) -> int:
     mode, runner.compile = runner.compile, "none"               # FLOPs of the eager paths (the same work)
     flops["ar"], ar_ops = count_flops(lambda: runner.ar(1, "fp32"))
     tdiff_ops = {}
-    for s in args.steps:
-        flops[s], tdiff_ops[s] = count_flops(lambda: runner.tdiff(1, "fp32", s))
+    for s in keys:
+        flops[s], tdiff_ops[s] = count_flops(lambda: run_key(s, 1, "fp32"))
     runner.compile = mode
     if mode == "both":
         runner.compile_ar()
@@ -377,15 +432,17 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             runner.tdiff(batch, dtype, min(args.steps))
             runner.compile_s[f"tdiff@{batch}/{dtype}"] = round(time.perf_counter() - t0, 2)
-            runs = {"ar": []} | {s: [] for s in args.steps}
+            for b in args.block_size:
+                runner.tdiff(batch, dtype, 1, block=b)
+            runs = {"ar": []} | {s: [] for s in keys}
             for r in range(reps):
                 res = runner.ar(batch, dtype)
                 runs["ar"].append(res)
                 msg = [f"ar {res['tokens'] / res['time_s']:.0f} tok/s"]
-                for s in args.steps:
-                    res = runner.tdiff(batch, dtype, s)
+                for s in keys:
+                    res = run_key(s, batch, dtype)
                     runs[s].append(res)
-                    msg.append(f"{runner.solver}{s} {res['tokens'] / res['time_s']:.0f}")
+                    msg.append(f"{label(s)} {res['tokens'] / res['time_s']:.0f}")
                 log(f"dtype {dtype}, batch {batch}, repeat {r + 1}/{reps}: " + ", ".join(msg))
             tps = {}
             for key, rs in runs.items():
@@ -393,9 +450,12 @@ def main(argv=None) -> int:
                 p50, best = statistics.median(times), min(times)
                 tokens = rs[0]["tokens"]
                 fl = flops[key] * batch
-                row = {"method": "ar" if key == "ar" else f"tdiff-{runner.solver}", "steps": None if key == "ar" else key,
+                block = key[1] if isinstance(key, tuple) else None
+                row = {"method": "ar" if key == "ar" else f"tdiff-{runner.solver}" + (f"-block{block}" if block else ""),
+                       "steps": None if key == "ar" else (args.block_steps if block else key), "block_size": block,
                        "batch": batch, "dtype": dtype,
-                       "compiled": args.compile == "both" or (key != "ar" and args.compile == "tdiff"), "tokens_per_s": round(tokens / p50, 1),
+                       "compiled": args.compile == "both" or (key != "ar" and not block and args.compile == "tdiff"),
+                       "tokens_per_s": round(tokens / p50, 1),
                        "latency_s_p50": round(p50, 4), "times_s": [round(t, 4) for t in times],
                        "tokens_per_s_best": round(tokens / best, 1),
                        "gflop_per_batch": round(fl / 1e9, 3), "gflops_achieved": round(fl / p50 / 1e9, 2),
@@ -406,20 +466,22 @@ def main(argv=None) -> int:
                     row["tokens_per_s_trimmed"] = round(trimmed * batch / p50, 1)
                 rows.append(row)
                 tps[key] = (tokens / p50, tokens / best)
-            for s in args.steps:
-                ratios.append({"steps": s, "batch": batch, "dtype": dtype,
+            for s in keys:
+                blk = s[1] if isinstance(s, tuple) else None
+                ratios.append({"steps": args.block_steps if blk else s, "block_size": blk, "batch": batch, "dtype": dtype,
                                "tdiff_over_ar": round(tps[s][0] / tps["ar"][0], 3),
                                "tdiff_over_ar_best": round(tps[s][1] / tps["ar"][1], 3)})
 
     def ratio_at(steps, batch, dtype, key="tdiff_over_ar"):
         for r in ratios:
-            if (r["steps"], r["batch"], r["dtype"]) == (steps, batch, dtype):
+            if (r["steps"], r["block_size"], r["batch"], r["dtype"]) == (steps, None, batch, dtype):
                 return r[key]
         return None
 
     def util_at(steps, batch, dtype):
         for r in rows:
-            if (r["steps"], r["batch"], r["dtype"]) == (steps, batch, dtype) and r["method"] != "ar":
+            if (r["steps"], r["block_size"], r["batch"], r["dtype"]) == (steps, None, batch, dtype) \
+                    and r["method"] != "ar":
                 return r["utilization"]
         return None
 
@@ -451,8 +513,8 @@ def main(argv=None) -> int:
                   "flops": "FlopCounterMode on one run per method at batch 1 (matmuls + attention; "
                            "norms/softmax/elementwise not counted), scaled linearly with batch",
                   "flops_per_sequence_gflop": {"ar": round(flops["ar"] / 1e9, 4)}
-                  | {f"tdiff_{runner.solver}{s}": round(flops[s] / 1e9, 4) for s in args.steps},
-                  "flops_by_op_batch1": {"ar": ar_ops} | {f"tdiff_{runner.solver}{s}": tdiff_ops[s] for s in args.steps}},
+                  | {f"tdiff_{label(s)}": round(flops[s] / 1e9, 4) for s in keys},
+                  "flops_by_op_batch1": {"ar": ar_ops} | {f"tdiff_{label(s)}": tdiff_ops[s] for s in keys}},
         "parameters": {"tdiff": tp["total"],
                    "tdiff_counted_as": "VAE (encoder + decoder) + DiT: the whole model",
                    "tdiff_sampling_path": tp["sampling_path"],
