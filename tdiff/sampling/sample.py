@@ -157,7 +157,8 @@ def sample_blocks(bundle, b: int, opts: SampleOptions, ts, generator, device, ca
 
     Variable length (BD3-LM §4.1, "arbitrary-length sequence generation"): after each sampled block,
     once nothing known or required lies ahead (cond_mask, MUST (B, L): positions that must be text),
-    sampling stops when every row's text has ended (`ended_rows`); it goes on past the window up to
+    sampling stops when every row's text has ended (`ended_rows`, asked only of the rows still
+    writing, with the END_CONTEXT latents before the block); it goes on past the window up to
     OPTS.max_tokens tokens (0: the window): when the next block would leave the window, the frame
     slides so that its last `slide_keep` latents come first, and the cache is rebuilt from them block
     by block, as the model saw such context in training (positions from the frame's start).
@@ -219,8 +220,11 @@ def sample_blocks(bundle, b: int, opts: SampleOptions, ts, generator, device, ca
                 if e >= total:
                     break
                 if not given and (not inside or ahead_free(e)):
-                    z = torch.cat(out, dim=1)                                # (B, e, D)
-                    ended |= ended_rows(bundle, z, pos, e, must if inside else None)
+                    live = (~ended).nonzero().squeeze(1)                     # (R,) rows still writing
+                    c = max(0, pos - END_CONTEXT)
+                    z = torch.cat(out, dim=1)[live, c:]                      # (R, e − c, D)
+                    m = must[live.cpu(), c * k:] if inside and must is not None else None
+                    ended[live] = ended_rows(bundle, z, pos - c, e - c, m)
                     if bool(ended.all()):
                         break
                 cache = cached(x0, rel, cache)

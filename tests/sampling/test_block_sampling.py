@@ -133,6 +133,20 @@ def test_sampling_stops_when_every_text_has_ended(block_model, monkeypatch):
     assert seen == [(0, 4)]                                             # checked after the first block, then stopped
     k = m.bundle.vae.config.latent_stride
     assert all(1 <= len(r["ids"]) <= 4 * k for r in recs)
+    rows = []
+
+    def first_row_then_all(bundle, z, s, e, must=None):
+        rows.append(z.shape[0])
+        done = torch.ones(z.shape[0], dtype=torch.bool)
+        if len(rows) == 1:
+            done[1:] = False
+        return done
+
+    monkeypatch.setattr(S, "ended_rows", first_row_then_all)
+    assert len(list(m.generate(3, steps=2, batch_size=3))) == 3
+    assert rows == [3, 2]                                              # an ended row is not read again
+    monkeypatch.setattr(S, "ended_rows", lambda bundle, z, s, e, must=None: (
+        seen.append((s, e)), torch.ones(z.shape[0], dtype=torch.bool))[1])
     seen.clear()
     fixed = list(m.generate(2, steps=2, length=10))                    # the given pads lie ahead: no early stop
     assert all(len(r["ids"]) == 10 for r in fixed) and not seen
