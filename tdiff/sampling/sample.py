@@ -254,7 +254,7 @@ def ended_rows(bundle, z, s: int, e: int, must=None):
     c = max(0, s - END_CONTEXT)
     first = max(c * k, s * k - (END_RUN - 1))                                  # token: runs reaching into the block
     h = vae.decode_hidden(vae.denormalize(z[:, c:e].float()))[:, first - c * k:]   # (B, R, D)
-    logits = vae.lm_head(h)                                                  # (B, R, V)
+    logits = vae.lm_head(h.contiguous())   # (B, R, V); a strided bf16 input is ~20× slower on CPU
     if must is not None:
         m = must[:, first:e * k].to(logits.device)                           # (B, R') R' ≤ R
         m = torch.nn.functional.pad(m, (0, h.shape[1] - m.shape[1]))         # (B, R)
@@ -262,7 +262,7 @@ def ended_rows(bundle, z, s: int, e: int, must=None):
             if i is not None and 0 <= i < logits.shape[-1]:
                 logits[..., i] = logits[..., i].masked_fill(m, float("-inf"))
         logits[..., tok.pad_id] = logits[..., tok.pad_id].masked_fill(m, float("-inf"))
-    pads = (logits.argmax(-1) == tok.pad_id)                                 # (B, R)
+    pads = logits.max(-1).indices == tok.pad_id                              # (B, R)
     if pads.shape[1] < END_RUN:
         return torch.zeros(z.shape[0], dtype=torch.bool, device=z.device)
     return pads.unfold(1, END_RUN, 1).all(-1).any(-1)                        # (B,)
