@@ -43,8 +43,8 @@ def load(path, device: str = "cpu", *, ema: bool = True):
 # from this table): name -> (lowest, highest or None).
 RANGES = {"n": (1, 10_000_000), "batch_size": (1, 65_536), "steps": (1, 100_000), "eta": (0.0, 1.0),
           "temperature": (0.0, 100.0), "length": (0, 1_000_000), "mask_len": (1, 100_000), "guidance": (0.0, 100.0),
-          "segments": (1, 1000), "overlap": (0, 100_000), "max_tokens": (0, 1_000_000), "repetition_penalty": (1.0, 100.0), "top_k": (0, None),
-          "top_p": (0.0, 1.0)}
+          "segments": (1, 1000), "overlap": (0, 100_000), "max_tokens": (0, 100_000),
+          "repetition_penalty": (1.0, 100.0), "top_k": (0, None), "top_p": (0.0, 1.0)}
 
 
 def _check_ranges(**values) -> None:

@@ -188,6 +188,17 @@ def sample_blocks(bundle, b: int, opts: SampleOptions, ts, generator, device, ca
         free_x = cond_mask is None or not bool(cond_mask[:, e:].any())
         return free_x and (must is None or not bool(must[:, e * k:].any()))
 
+    def tail(length):
+        """The last LENGTH sampled latents (B, LENGTH, D), joined from as few blocks as that takes
+        (the whole sequence is joined once, at the end: a long text costs no quadratic copying)."""
+        parts, got = [], 0
+        for x in reversed(out):
+            parts.append(x)
+            got += x.shape[1]
+            if got >= length:
+                break
+        return torch.cat(parts[::-1], dim=1)[:, got - length:]
+
     out, cache = [], []
     ended = torch.zeros(b, dtype=torch.bool, device=device)                  # (B,)
     with torch.inference_mode():
@@ -197,7 +208,7 @@ def sample_blocks(bundle, b: int, opts: SampleOptions, ts, generator, device, ca
             while pos < total:
                 if pos - frame >= n:                                         # slide: the last KEEP latents first
                     frame = pos - keep
-                    ctx = torch.cat(out, dim=1)[:, frame:pos]                # (B, KEEP, D)
+                    ctx = tail(keep)                                         # (B, KEEP, D): latents frame…pos
                     cache = []
                     for s in range(0, keep, bs):
                         cache = cached(ctx[:, s:s + bs], s, cache)
@@ -222,7 +233,7 @@ def sample_blocks(bundle, b: int, opts: SampleOptions, ts, generator, device, ca
                 if not given and (not inside or ahead_free(e)):
                     live = (~ended).nonzero().squeeze(1)                     # (R,) rows still writing
                     c = max(0, pos - END_CONTEXT)
-                    z = torch.cat(out, dim=1)[live, c:]                      # (R, e − c, D)
+                    z = tail(e - c)[live]                                    # (R, e − c, D): latents c…e
                     m = must[live.cpu(), c * k:] if inside and must is not None else None
                     ended[live] = ended_rows(bundle, z, pos - c, e - c, m)
                     if bool(ended.all()):

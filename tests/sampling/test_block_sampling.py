@@ -103,12 +103,14 @@ def test_max_tokens_slides_past_the_window(block_model, monkeypatch):
     assert keep == (n // 2) // 4 * 4 and slide_keep(8, 8) == 8 and slide_keep(64, 16) == 32
     starts, calls = [], []
     extend = b.dit.extend_cache
-    monkeypatch.setattr(b.dit, "extend_cache", lambda x0, s, cache, label=None: (starts.append(s), extend(
-        x0, s, cache, label=label))[1])
+    given = []
+    monkeypatch.setattr(b.dit, "extend_cache", lambda x0, s, cache, label=None: (
+        starts.append(s), given.append(x0), extend(x0, s, cache, label=label))[2])
     g = lambda: torch.Generator().manual_seed(3)  # noqa: E731
     cpu = torch.device("cpu")
     window = sample_latents(b, 2, SampleOptions(steps=2), g(), cpu)
     starts.clear()
+    given.clear()
     total = n + 4 + 2                                                  # latents: one whole block and a half one
     z = sample_latents(b, 2, SampleOptions(steps=2, max_tokens=total * k), g(), cpu,
                        callback=lambda *a: calls.append(a[0]))
@@ -119,6 +121,8 @@ def test_max_tokens_slides_past_the_window(block_model, monkeypatch):
     first = list(range(0, n, 4))                                       # the first window's blocks
     rebuilt = list(range(0, keep, 4))                                  # the slide: the kept context, block by block
     assert starts == first + rebuilt + [keep]
+    context = torch.cat(given[len(first):len(first) + len(rebuilt)], dim=1)
+    assert torch.equal(context, z[:, n - keep:n])                      # the frame's context: the window's last latents
 
 
 def test_sampling_stops_when_every_text_has_ended(block_model, monkeypatch):
