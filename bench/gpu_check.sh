@@ -131,9 +131,9 @@ for preset in small base; do
 --preset $preset --max-steps 30 --batch-size 32 --device cuda -q && '$PY' -m tdiff train -i '$WORK/ids.jsonl' \
 --vae '$WORK/v_$preset.safetensors' -o '$WORK/s_$preset.safetensors' --preset $preset --max-steps 30 \
 --batch-size 32 --device cuda -q"
-  step "speed_$preset" 150 "speed table, $preset: dpm 4/12 at batch 1 and 64, bf16, compiled both sides, vs the AR" -- \
+  step "speed_$preset" 150 "speed table, $preset: dpm 4/12 and blocks of 16/4 at batch 1 and 64, bf16, compiled both sides, vs the AR" -- \
     sh -c "'$PY' -m bench.speed.speed_vs_ar --model '$WORK/s_$preset.safetensors' --device cuda --dtype bf16 \
---batch 1,64 --steps 4,12 --compile both > '$OUT/speed_$preset.json'"
+--batch 1,64 --steps 4,12 --block-size 16,4 --compile both > '$OUT/speed_$preset.json'"
 done
 
 # ------------------------------------------------------------------ the figures, in one JSON object
