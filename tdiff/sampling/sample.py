@@ -409,7 +409,8 @@ def label_index(bundle, label, where: str = "--label", error=UsageError):
 def check_memory(bundle, opts: SampleOptions, batch: int, device) -> None:
     """A UsageError naming --batch-size when BATCH samples cannot fit DEVICE's memory (tdiff/core/memory.py):
     the denoiser's activations (twice the batch with guidance), or the VAE decoder's with the whole
-    logits where decoding samples or penalizes repeats."""
+    logits where decoding samples or penalizes repeats; with --max-tokens also the latents and ids of
+    every position."""
     from tdiff.core import memory
 
     vae, dit = bundle.vae.config, bundle.dit.config
@@ -417,7 +418,12 @@ def check_memory(bundle, opts: SampleOptions, batch: int, device) -> None:
     need = max(memory.activation_bytes(batch * (2 if opts.guidance else 1), dit.max_len, dit.d_model, training=False),
                memory.activation_bytes(batch, vae.max_len, vae.d_model, training=False,
                                        vocab=vae.vocab_size if held else 0))
-    memory.check_fits([(need, "activations", f"--batch-size {opts.batch_size}")], device)
+    parts = [(need, "activations", f"--batch-size {opts.batch_size}")]
+    if opts.max_tokens:                        # a block model's latents (float32) and ids (int64) of every position
+        positions = -(-opts.max_tokens // vae.latent_stride)
+        parts.append((batch * positions * (4 * dit.latent_dim + 8 * vae.latent_stride), "the sampled latents",
+                      f"--max-tokens {opts.max_tokens}"))
+    memory.check_fits(parts, device)
 
 
 def check_spans(bundle) -> None:

@@ -203,3 +203,5 @@ def test_max_tokens_on_the_command_line(block_model, work):
     one_line_error(r, 2, "--max-tokens", "--segments")
     r = run_cli(["sample", "-m", block_model, "-n", "1", "--max-tokens", "-1"])
     assert r.returncode == 2 and b"--max-tokens" in r.stderr
+    r = run_cli(["sample", "-m", block_model, "-n", "60000", "--batch-size", "60000", "--max-tokens", "100000"])
+    one_line_error(r, 2, "--max-tokens 100000", "the sampled latents")       # refused before any work
