@@ -265,15 +265,15 @@ def ended_rows(bundle, z, s: int, e: int, must=None):
     c = max(0, s - END_CONTEXT)
     first = max(c * k, s * k - (END_RUN - 1))                                  # token: runs reaching into the block
     h = vae.decode_hidden(vae.denormalize(z[:, c:e].float()))[:, first - c * k:]   # (B, R, D)
-    logits = vae.lm_head(h.contiguous())   # (B, R, V); a strided bf16 input is ~20× slower on CPU
+    B, R, _ = h.shape
+    m = torch.zeros(B, R, dtype=torch.bool, device=h.device)
     if must is not None:
-        m = must[:, first:e * k].to(logits.device)                           # (B, R') R' ≤ R
-        m = torch.nn.functional.pad(m, (0, h.shape[1] - m.shape[1]))         # (B, R)
-        for i in (tok.bos_id, tok.eos_id):
-            if i is not None and 0 <= i < logits.shape[-1]:
-                logits[..., i] = logits[..., i].masked_fill(m, float("-inf"))
-        logits[..., tok.pad_id] = logits[..., tok.pad_id].masked_fill(m, float("-inf"))
-    pads = logits.max(-1).indices == tok.pad_id                              # (B, R)
+        part = must[:, first:e * k]                                          # (B, R') R' ≤ R: pads barred here
+        m[:, :part.shape[1]] = part.to(h.device)
+    # the reshape copies the strided slice: a strided bf16 input to the head is ~20× slower on CPU
+    ids = greedy_head(vae.lm_head, h.reshape(B * R, -1), m.reshape(-1),
+                      special_ids(tok, vae.lm_head.out_features, h.device))     # (B·R,)
+    pads = (ids == tok.pad_id).reshape(B, R)                                 # (B, R)
     if pads.shape[1] < END_RUN:
         return torch.zeros(z.shape[0], dtype=torch.bool, device=z.device)
     return pads.unfold(1, END_RUN, 1).all(-1).any(-1)                        # (B,)
@@ -299,6 +299,17 @@ def penalize_repeats(logits, penalty: float):
 
 
 GREEDY_ROWS = 4096   # positions per chunk of the eager greedy head: the (B·L, V) logits are never held at once
+
+
+def special_ids(tok, vocab: int, device):
+    """(V,) bool: pad, bos and eos, the ids a position that must be text may not take."""
+    import torch
+
+    banned = torch.zeros(vocab, dtype=torch.bool, device=device)
+    for i in (tok.pad_id, tok.bos_id, tok.eos_id):
+        if i is not None and 0 <= i < vocab:
+            banned[i] = True
+    return banned
 
 
 def greedy_head(lm_head, h, must, banned):
@@ -340,11 +351,7 @@ def latents_to_ids(bundle, z, opts: SampleOptions, generator, must_text=None, kn
         must_text[:, 0] = True
     must_text = must_text.to(z.device)                                           # (B, L)
     with torch.inference_mode():
-        vocab = vae.lm_head.out_features
-        banned = torch.zeros(vocab, dtype=torch.bool, device=z.device)           # (V,)
-        for i in (tok.pad_id, tok.bos_id, tok.eos_id):
-            if i is not None and 0 <= i < vocab:
-                banned[i] = True
+        banned = special_ids(tok, vae.lm_head.out_features, z.device)            # (V,)
         if vae.config.decoder == "contextual" and opts.decoder != "parallel":
             known_ids, known_mask = (k.to(z.device) for k in known) if known is not None else (None, None)
             with autocast(z.device, opts.dtype):
