@@ -253,7 +253,7 @@ class Runner:
         self.pad = bundle.tokenizer.pad_id
         self.solver = "dpm"
         self.compile = compile
-        self.compiled = {}                  # batch size -> compiled bundle (static shapes: one per size)
+        self.prepared = {}                  # (batch size or block, dtype) -> the bundle `tdiff sample` would run
         self.compile_s = {}                 # "tdiff@B/dtype" / "ar@B/dtype" -> seconds of the warm-up run
 
     def compile_ar(self) -> None:
@@ -265,15 +265,18 @@ class Runner:
         self.model.generation_config.cache_implementation = "static"
         self.model.forward = torch.compile(self.model.forward, dynamic=False)
 
-    def bundle_for(self, batch: int):
-        """The bundle timed at BATCH: the eager one, or its compiled copy for this batch size."""
-        if self.compile == "none":
-            return self.bundle
-        if batch not in self.compiled:
-            from tdiff.sampling.compiled import compile_bundle
+    def bundle_for(self, batch: int, dtype: str, block: int = 0):
+        """The bundle timed at BATCH and DTYPE, as `tdiff sample` prepares it (tdiff.sampling.precision):
+        compiled for this batch size (static shapes: one per size), else weights in the compute dtype;
+        BLOCK > 0: the block-causal bundle of that size (never compiled)."""
+        compiled = self.compile != "none" and not block
+        key = (batch if compiled else 0, dtype, block)
+        if key not in self.prepared:
+            from tdiff.sampling.precision import for_sampling
 
-            self.compiled[batch] = compile_bundle(self.bundle, self.device, batch)
-        return self.compiled[batch]
+            self.prepared[key] = for_sampling(self.blocks[block] if block else self.bundle, self.device, dtype,
+                                              batch, compiled)
+        return self.prepared[key]
 
     def ar(self, batch: int, dtype: str, new_tokens: int | None = None) -> dict:
         from tdiff.evaluation.speed import timed_ar_batch
@@ -294,9 +297,10 @@ class Runner:
         g = generator(0, steps, "sample", self.device)
         if block:
             with every_block():
-                dt, ids = timed_diffusion_batch(self.blocks[block], batch, opts, g, self.device)   # (B, L)
+                dt, ids = timed_diffusion_batch(self.bundle_for(batch, dtype, block), batch, opts, g,
+                                                self.device)                                  # (B, L)
         else:
-            dt, ids = timed_diffusion_batch(self.bundle_for(batch), batch, opts, g, self.device)   # (B, L)
+            dt, ids = timed_diffusion_batch(self.bundle_for(batch, dtype), batch, opts, g, self.device)   # (B, L)
         trimmed = int(text_lengths(ids, self.pad).sum())
         return {"time_s": dt, "tokens": ids.numel(), "tokens_trimmed": trimmed}
 

@@ -138,11 +138,10 @@ class DiffusionModel:
                               mask_len=mask_len, label=label, name=requests_name)
         first, todo = _first_batch(todo, batch_size, n)
         check_memory(self.bundle, opts, first, self.device)          # before a batch is allocated
-        bundle = self.bundle
-        if compile:
-            from tdiff.sampling.compiled import compile_bundle
+        from tdiff.sampling.precision import for_sampling
 
-            bundle = compile_bundle(bundle, self.device, batch_size * (2 if guidance else 1))
+        bundle = for_sampling(self.bundle, self.device, dtype, batch_size * (2 if guidance else 1), compile)
+        if compile:
             log.info("sample: --compile: the first batch compiles the networks (10-30 s)")
         how = f"{solver} {steps} steps on {self.device}, {dtype}{', compiled' if compile else ''}"
         if segments > 1:

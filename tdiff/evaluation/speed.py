@@ -77,10 +77,9 @@ def speed_diffusion(bundle, device, steps: int = 12, solver: str = "dpm", batch_
     _check_speed(batch_size, repeats, warmup)
     opts = SampleOptions(num=batch_size, batch_size=batch_size, steps=steps, solver=solver, seed=seed, dtype=dtype)
     check_options(opts)
-    if compile:
-        from tdiff.sampling.compiled import compile_bundle
+    from tdiff.sampling.precision import for_sampling
 
-        bundle = compile_bundle(bundle, device, batch_size)
+    bundle = for_sampling(bundle, device, dtype, batch_size, compile)
     length = bundle.vae.config.max_len
     times, warm, generated, positions = [], [], 0, 0
     for r in range(warmup + repeats):

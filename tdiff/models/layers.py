@@ -78,19 +78,34 @@ class RMSNorm(nn.Module):
 
 # ---------------------------------------------------------------- rotary embedding
 
+ROTARY_TABLES = 64    # (cos, sin) tables kept by `rotary_cos_sin` (lengths × devices × modes in use)
+_rotary: dict = {}
+
+
 def rotary_cos_sin(seq_len: int, head_dim: int, base: float = 10000.0, device=None):
     """cos, sin tables of RoPE (Su et al. 2021, eq. 34), each (T, head_dim), float32.
 
     Frequencies θ_i = base^(-2i/d) for i < d/2; channel i and i + d/2 form one rotating pair
-    (the "rotate half" layout of GPT-NeoX / LLaMA). Computed fresh on every call (a handful of
-    tiny ops per model forward) so no buffer is saved in checkpoints or degraded by `.half()`.
+    (the "rotate half" layout of GPT-NeoX / LLaMA). Kept in a small table cache (no buffer is saved
+    in checkpoints or lowered by `.half()`), apart for autograd on and off (a table made in inference
+    mode may not be saved for a later backward). Under torch.compile a cached table is a graph input: computed in
+    the graph, Inductor folds cos/sin into the rotation's kernel and evaluates them per element of
+    q and k, (B, nh, T, hd) instead of (T, hd) (docs/RESULTS.md, "Speed at the limit").
     """
     assert head_dim % 2 == 0, "rotary needs an even head dimension"
+    device = torch.device("cpu") if device is None else torch.device(device)
+    key = (seq_len, head_dim, float(base), device, torch.is_grad_enabled())
+    hit = _rotary.get(key)
+    if hit is not None:
+        return hit
     inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
     pos = torch.arange(seq_len, device=device, dtype=torch.float32)
     freqs = pos[:, None] * inv_freq[None, :]  # (T, hd/2); broadcasting, so autocast never lowers it
     emb = torch.cat((freqs, freqs), dim=-1)  # (T, hd)
-    return emb.cos(), emb.sin()
+    if len(_rotary) >= ROTARY_TABLES:
+        _rotary.clear()
+    _rotary[key] = hit = (emb.cos(), emb.sin())
+    return hit
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype=None) -> torch.Tensor:
@@ -105,8 +120,32 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype=No
 # ---------------------------------------------------------------- attention, MLP, block
 
 def _attn_dtype(x: torch.Tensor, computed: torch.Tensor):
-    """The dtype attention runs in: float32 on CPU (see `Attention`), else the projections' dtype."""
-    return torch.float32 if x.device.type == "cpu" else computed.dtype
+    """The dtype attention runs in: float32 on CPU (see `Attention`), else the projections' dtype;
+    the projections' dtype where `_fused_math` writes it out for Inductor."""
+    if x.device.type == "cpu" and not _fused_math(x, computed):
+        return torch.float32
+    return computed.dtype
+
+
+def _fused_math(x: torch.Tensor, computed: torch.Tensor) -> bool:
+    """Whether attention is written as plain ops (`math_attention`) rather than an SDPA call: on CPU,
+    in a graph TorchInductor is compiling for inference (`tdiff sample --compile`), under bf16/fp16
+    autocast. Inductor fuses the scaling, softmax and casts into one kernel around two reduced-precision
+    matmuls: 1.4× the float32 SDPA kernel at batch 64 for heads of 32 and 64 (docs/RESULTS.md,
+    "Speed at the limit"). Training and eager sampling keep the SDPA kernel."""
+    return (x.device.type == "cpu" and computed.dtype != torch.float32 and not torch.is_grad_enabled()
+            and torch.compiler.is_compiling())
+
+
+def math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):
+    """softmax(q kᵀ / √d) v (Vaswani et al. 2017, eq. 1) as plain ops: q (B, nh, T, hd), k and v
+    (B, nh, S, hd); MASK bool broadcast to (B, nh, T, S), True = may attend. The two products run in
+    q's dtype, the scores are scaled and normalised in float32 (as SDPA's kernels do), the weights
+    cast back for the second product. Returns (B, nh, T, hd) in v's dtype."""
+    scores = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5  # (B, nh, T, S) float32
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1).to(v.dtype) @ v  # (B, nh, T, hd)
 
 
 class Attention(nn.Module):
@@ -114,8 +153,9 @@ class Attention(nn.Module):
 
     On CPU the attention itself runs in float32 even under bf16/fp16 autocast: PyTorch's CPU
     SDPA kernels have no fast reduced-precision path (figures in docs/RESULTS.md, "Design
-    measurements"), and q, k leave the rotary rotation in float32 anyway. On CUDA it runs in the
-    autocast dtype.
+    measurements"), and q, k leave the rotary rotation in float32 anyway. The exception is a graph
+    that TorchInductor compiles for sampling under autocast (`_fused_math`): there it is written out
+    as plain ops in the autocast dtype, which Inductor fuses. On CUDA it runs in the autocast dtype.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = False):
@@ -153,8 +193,11 @@ class Attention(nn.Module):
         if past is not None:
             k = torch.cat([past[0].to(attn_dtype), k], dim=2)  # (B, nh, P + T, hd)
             v = torch.cat([past[1].to(attn_dtype), v], dim=2)  # (B, nh, P + T, hd)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                           dropout_p=self.dropout if self.training else 0.0)  # (B, nh, T, hd)
+        if _fused_math(x, qkv):
+            y = math_attention(q, k, v, mask)  # (B, nh, T, hd)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                               dropout_p=self.dropout if self.training else 0.0)  # (B, nh, T, hd)
         y = self.proj(y.to(qkv.dtype).transpose(1, 2).reshape(B, T, D))  # (B, T, D)
         return (y, own) if keep_kv else y
 

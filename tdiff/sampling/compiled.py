@@ -70,19 +70,21 @@ class StaticBatch:
 
 
 class CompiledHead:
-    """`greedy_head` compiled for chunks of exactly HEAD_ROWS positions (the last chunk padded)."""
+    """`greedy_head` compiled for chunks of exactly ROWS positions (the last chunk padded): HEAD_ROWS,
+    or the positions of one whole batch where that is fewer (a batch of 1 × 128 tokens is not padded to
+    256 rows: half the head's work)."""
 
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self, fn, rows: int = HEAD_ROWS):
+        self.fn, self.rows = fn, rows
 
     def __call__(self, lm_head, h, must, banned):
         import torch
 
-        out = []
-        for r in range(0, h.shape[0], HEAD_ROWS):
-            hc, mc = h[r:r + HEAD_ROWS], must[r:r + HEAD_ROWS]
+        out, n = [], self.rows
+        for r in range(0, h.shape[0], n):
+            hc, mc = h[r:r + n], must[r:r + n]
             k = hc.shape[0]
-            out.append(self.fn(lm_head, _pad_rows(hc, HEAD_ROWS), _pad_rows(mc, HEAD_ROWS), banned)[:k])
+            out.append(self.fn(lm_head, _pad_rows(hc, n), _pad_rows(mc, n), banned)[:k])
         return torch.cat(out)
 
 
@@ -105,6 +107,11 @@ def compile_bundle(bundle, device, batch_size: int):
     if device.type == "cpu":
         inductor.freezing = True            # weights as constants: cast and prepacked once (CPU only)
     mode = "reduce-overhead" if device.type == "cuda" else None    # CUDA graphs behind the device check
+    from tdiff.models.layers import rotary_cos_sin
+
+    with torch.no_grad():            # the rotary tables the graphs read, made before tracing (a miss compiles twice)
+        rotary_cos_sin(bundle.dit.config.max_len, bundle.dit.head_dim, bundle.dit.config.rope_base, device)
+        rotary_cos_sin(bundle.vae.config.max_len, bundle.vae.head_dim, bundle.vae.config.rope_base, device)
     out = copy.copy(bundle)
     vae = copy.copy(bundle.vae)                # a shallow copy: the same weights, its own decode_hidden
     out.vae = vae
@@ -113,5 +120,6 @@ def compile_bundle(bundle, device, batch_size: int):
     vae.decode_hidden = StaticBatch(torch.compile(bundle.vae.decode_hidden, dynamic=False, mode=mode), batch_size)
     from tdiff.sampling.sample import greedy_head
 
-    out.greedy_head = CompiledHead(torch.compile(greedy_head, dynamic=False, mode=mode))
+    rows = min(HEAD_ROWS, batch_size * bundle.vae.config.max_len)
+    out.greedy_head = CompiledHead(torch.compile(greedy_head, dynamic=False, mode=mode), rows)
     return out
