@@ -5,7 +5,8 @@ In one process, on one device, with the same thread count and dtype options:
 - tdiff: a TextVAE + DiT bundle (fresh random weights of `--preset`, cosine schedule, v target,
   self-conditioning; or a trained `--model model.safetensors`). Timed path = what `tdiff sample`
   runs: N(0, I) noise → DPM-Solver++(2M) at `--steps` → VAE decoder → greedy token ids
-  (tdiff.sampling.sample.sample_latents + latents_to_ids). Every sequence has all L = 128 positions
+  (tdiff.sampling.sample.sample_latents + latents_to_ids), on the networks as `tdiff sample` prepares
+  them (tdiff.sampling.precision.for_sampling: linear weights stored in the compute dtype). Every sequence has all L = 128 positions
   produced, so tokens/s = batch × L / time; the trimmed count (up to the first pad) is also given,
   meaningful only for a trained model (random weights put the first pad anywhere).
 - AR: a `transformers` GPT2LMHeadModel whose parameter count is within ±10% of tdiff's (VAE +
@@ -511,7 +512,9 @@ def main(argv=None) -> int:
                   "ar_path": "GPT2LMHeadModel.generate, bos prompt (B,1), min=max_new_tokens=seq_len, greedy, "
                              "use_cache=True, eval, inference_mode"
                              + (", static cache, torch.compile'd forward" if args.compile == "both" else ""),
-                  "dtype_mechanism": "tdiff.device.autocast for both (weights stay fp32)",
+                  "dtype_mechanism": "tdiff.device.autocast for both; tdiff's networks prepared as tdiff sample prepares "
+                                     "them (tdiff.sampling.precision.for_sampling: compiled with frozen weights, "
+                                     "else linear weights stored in the compute dtype)",
                   "tokens_per_s": "batch x seq_len / median wall time of one batch (warm-up excluded); "
                                   "*_best: from the fastest repeat (less sensitive to other load)",
                   "repeats": args.repeats or "3 at batch 1, 2 above", "quick": args.quick,
