@@ -6,9 +6,10 @@ In one process, on one device, with the same thread count and dtype options:
   self-conditioning; or a trained `--model model.safetensors`). Timed path = what `tdiff sample`
   runs: N(0, I) noise → DPM-Solver++(2M) at `--steps` → VAE decoder → greedy token ids
   (tdiff.sampling.sample.sample_latents + latents_to_ids), on the networks as `tdiff sample` prepares
-  them (tdiff.sampling.precision.for_sampling: linear weights stored in the compute dtype). Every sequence has all L = 128 positions
-  produced, so tokens/s = batch × L / time; the trimmed count (up to the first pad) is also given,
-  meaningful only for a trained model (random weights put the first pad anywhere).
+  them (tdiff.sampling.precision.for_sampling: linear weights stored in the compute dtype). Every
+  sequence has all L = 128 positions produced, so tokens/s = batch × L / time; the trimmed count (up
+  to the first pad) is also given, meaningful only for a trained model (random weights put the first
+  pad anywhere).
 - AR: a `transformers` GPT2LMHeadModel whose parameter count is within ±10% of tdiff's (VAE +
   DiT, the whole model; fails otherwise), with n_positions = L + 1 and the same vocabulary.
   Timed path: `model.generate` from a (B, 1) bos prompt, max_new_tokens = min_new_tokens = L,

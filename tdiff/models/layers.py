@@ -88,9 +88,9 @@ def rotary_cos_sin(seq_len: int, head_dim: int, base: float = 10000.0, device=No
     Frequencies θ_i = base^(-2i/d) for i < d/2; channel i and i + d/2 form one rotating pair
     (the "rotate half" layout of GPT-NeoX / LLaMA). Kept in a small table cache (no buffer is saved
     in checkpoints or lowered by `.half()`), apart for autograd on and off (a table made in inference
-    mode may not be saved for a later backward). Under torch.compile a cached table is a graph input: computed in
-    the graph, Inductor folds cos/sin into the rotation's kernel and evaluates them per element of
-    q and k, (B, nh, T, hd) instead of (T, hd) (docs/RESULTS.md, "Speed at the limit").
+    mode may not be saved for a later backward). Under torch.compile a cached table is a graph input;
+    computed in the graph, Inductor folds cos/sin into the rotation's kernel and evaluates them per
+    element of q and k, (B, nh, T, hd) instead of (T, hd) (docs/RESULTS.md, "Speed at the limit").
     """
     assert head_dim % 2 == 0, "rotary needs an even head dimension"
     device = torch.device("cpu") if device is None else torch.device(device)
