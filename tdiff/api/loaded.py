@@ -72,6 +72,7 @@ class DiffusionModel:
         self.device = device
         self.kind = bundle.kind
         self.tokenizer = bundle.tokenizer
+        self._in_dtype = {}              # dtype -> the bundle with its linear weights stored in it (eager sampling)
 
     @property
     def config(self) -> dict:
@@ -140,9 +141,13 @@ class DiffusionModel:
         check_memory(self.bundle, opts, first, self.device)          # before a batch is allocated
         from tdiff.sampling.precision import for_sampling
 
-        bundle = for_sampling(self.bundle, self.device, dtype, batch_size * (2 if guidance else 1), compile)
-        if compile:
+        if compile:                      # compiled for this run's batch size
+            bundle = for_sampling(self.bundle, self.device, dtype, batch_size * (2 if guidance else 1), compile)
             log.info("sample: --compile: the first batch compiles the networks (10-30 s)")
+        else:                            # prepared once per dtype: a loop of generate calls copies no weights
+            if dtype not in self._in_dtype:
+                self._in_dtype[dtype] = for_sampling(self.bundle, self.device, dtype, batch_size)
+            bundle = self._in_dtype[dtype]
         how = f"{solver} {steps} steps on {self.device}, {dtype}{', compiled' if compile else ''}"
         if segments > 1:
             check_spans(bundle)                                       # later windows continue through known spans

@@ -120,11 +120,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype=No
 # ---------------------------------------------------------------- attention, MLP, block
 
 def _attn_dtype(x: torch.Tensor, computed: torch.Tensor):
-    """The dtype attention runs in: float32 on CPU (see `Attention`), else the projections' dtype;
-    the projections' dtype where `_fused_math` writes it out for Inductor."""
-    if x.device.type == "cpu" and not _fused_math(x, computed):
-        return torch.float32
-    return computed.dtype
+    """The dtype attention runs in: float32 on CPU (see `Attention`), else the projections' dtype."""
+    return torch.float32 if x.device.type == "cpu" else computed.dtype
 
 
 def _fused_math(x: torch.Tensor, computed: torch.Tensor) -> bool:
@@ -183,7 +180,8 @@ class Attention(nn.Module):
         B, T, D = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)  # (B, T, 3, nh, hd)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
-        attn_dtype = _attn_dtype(x, qkv)
+        fused = _fused_math(x, qkv)
+        attn_dtype = qkv.dtype if fused else _attn_dtype(x, qkv)
         if rope is not None:
             cos, sin = rope
             q = apply_rotary(q, cos, sin, attn_dtype)
@@ -193,7 +191,7 @@ class Attention(nn.Module):
         if past is not None:
             k = torch.cat([past[0].to(attn_dtype), k], dim=2)  # (B, nh, P + T, hd)
             v = torch.cat([past[1].to(attn_dtype), v], dim=2)  # (B, nh, P + T, hd)
-        if _fused_math(x, qkv):
+        if fused:
             y = math_attention(q, k, v, mask)  # (B, nh, T, hd)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
